@@ -1,0 +1,64 @@
+"""Python client of hitl-ledger, the tamper-evident ledger of human-in-the-loop approvals.
+
+- :class:`LedgerClient`: every route of the v1 HTTP API, with typed errors (:mod:`.errors`).
+- :mod:`hitl_ledger.digest`: RFC 8785 canonical JSON, the action digest, the idempotency key.
+- :mod:`hitl_ledger.langgraph`: append before pausing, resume with a ticket, execute on a grant.
+- :mod:`hitl_ledger.langchain_hitl`: langchain ``HumanInTheLoopMiddleware`` decisions as ledger
+  decisions, and a ledger-gated middleware for agents.
+"""
+
+from . import errors
+from .client import Authorization, DecisionResult, LedgerClient, RequestState, WriteResult
+from .digest import (
+    ACTION_SCHEMA,
+    action_digest,
+    canonicalize,
+    canonicalize_text,
+    idempotency_key,
+    leaf_hash,
+    loads_strict,
+)
+from .errors import (
+    DENIAL_CODES,
+    ERROR_CLASSES,
+    ApiError,
+    AuthorizationDenied,
+    HitlLedgerError,
+    InterruptIdMismatch,
+    InvalidResume,
+    LedgerConnectionError,
+    LedgerProtocolError,
+    NotCanonicalizable,
+    UnsupportedDecision,
+    error_for,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors",
+    "LedgerClient",
+    "WriteResult",
+    "DecisionResult",
+    "Authorization",
+    "RequestState",
+    "ACTION_SCHEMA",
+    "action_digest",
+    "canonicalize",
+    "canonicalize_text",
+    "idempotency_key",
+    "leaf_hash",
+    "loads_strict",
+    "ERROR_CLASSES",
+    "DENIAL_CODES",
+    "error_for",
+    "HitlLedgerError",
+    "LedgerConnectionError",
+    "LedgerProtocolError",
+    "ApiError",
+    "AuthorizationDenied",
+    "InvalidResume",
+    "InterruptIdMismatch",
+    "UnsupportedDecision",
+    "NotCanonicalizable",
+]

@@ -1,0 +1,595 @@
+"""A small, dependency-free HTTP client for every route of the hitl-ledger v1 API (spec section 6).
+
+Retries. A call is repeated after a connection failure or a 503 ``overloaded`` only when
+repeating it cannot do anything twice:
+
+- ``GET`` routes;
+- the idempotent appends (interrupt, decision, revoke, follow-up; spec section 4): the same body
+  sent again returns the record already stored (``duplicate: true``) and writes nothing;
+- ``authorize`` *with* an ``attempt_id``: an earlier grant for the same ticket, attempt and action
+  is returned again with the same idempotency key.
+
+``authorize`` without an ``attempt_id`` is never retried: a second evaluation would be a second
+event in the ledger. Errors that the ledger answered (4xx) are never retried.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .digest import canonicalize, validate_action
+from .errors import (
+    LedgerConnectionError,
+    LedgerProtocolError,
+    Overloaded,
+    error_for,
+)
+
+__all__ = [
+    "LedgerClient",
+    "WriteResult",
+    "DecisionResult",
+    "Authorization",
+    "RequestState",
+]
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The answer of an append: the record written or found, and whether it was already there."""
+
+    record: dict[str, Any]
+    leaf_hash: str
+    seq: int
+    duplicate: bool
+    status: int
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def request_id(self) -> str | None:
+        return self.record.get("request_id")
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.record.get("body", {})
+
+
+@dataclass(frozen=True)
+class DecisionResult(WriteResult):
+    """A decision's answer. For an edit, ``new_request_id``, ``ticket_id`` and ``expires_at``
+    are the new (edited) request's, ``record`` is the edit decision on the original, and
+    ``edited_action`` is the action the reviewer sent (the ledger bound its digest)."""
+
+    ticket_id: str | None = None
+    expires_at: str | None = None
+    new_request_id: str | None = None
+    edited_action: dict[str, Any] | None = None
+
+    @property
+    def decision(self) -> str:
+        """``approve``, ``edit`` or ``reject`` (a rejection record's kind is ``rejection``)."""
+        if self.record.get("kind") == "rejection":
+            return "reject"
+        return self.body.get("decision", "")
+
+
+@dataclass(frozen=True)
+class Authorization(WriteResult):
+    """An evaluated ``authorize``: a grant or a recorded denial (both answer 200)."""
+
+    granted: bool = False
+    code: str | None = None
+    idempotency_key: str | None = None
+
+    @property
+    def would_deny(self) -> str | None:
+        """In observe mode, the code a denial would have had (the call was granted anyway)."""
+        return self.body.get("would_deny")
+
+    @property
+    def expires_at(self) -> str | None:
+        return self.body.get("expires_at")
+
+
+@dataclass(frozen=True)
+class RequestState:
+    """``GET /v1/requests/{id}``: the request's state and every record naming it."""
+
+    request_id: str
+    state: str
+    records: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False)
+
+    def kinds(self) -> list[str]:
+        return [r["kind"] for r in self.records]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
+def _seg(value: str) -> str:
+    """One percent-encoded path segment (``/`` included, spec section 6)."""
+    if not isinstance(value, str):
+        raise TypeError(f"an identifier is a string, not {type(value).__name__}")
+    return urllib.parse.quote(value, safe="")
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class LedgerClient:
+    """Client for one ledger with one bearer token (a token maps to one principal and role).
+
+    ``base_url`` is like ``http://127.0.0.1:8080``. ``retries`` is how many times a call that is
+    safe to repeat (see the module doc) is repeated after a connection failure or an
+    ``overloaded`` answer, waiting ``backoff`` seconds, doubling, or the ``Retry-After``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 2,
+        backoff: float = 0.2,
+        max_retry_after: float = 5.0,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"base_url must be http(s)://host[:port], got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self._scheme = parsed.scheme
+        self._host = parsed.hostname
+        self._port = parsed.port
+        self._prefix = parsed.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_retry_after = max_retry_after
+
+    def __repr__(self) -> str:
+        return f"LedgerClient({self.base_url!r})"
+
+    # ------------------------------------------------------------------ transport
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        idempotent: bool | None = None,
+        raw_body: bytes | None = None,
+        content_type: str | None = "application/json",
+        headers: dict[str, str] | None = None,
+        expect_json: bool = True,
+    ) -> tuple[int, Any]:
+        """Send one request; answer ``(status, parsed JSON or text)`` or raise a typed error.
+
+        ``idempotent`` defaults to ``True`` for ``GET`` and ``False`` otherwise; only idempotent
+        calls are retried. ``raw_body`` sends bytes as they are (for tests of bad input).
+        """
+        if idempotent is None:
+            idempotent = method == "GET"
+        data: bytes | None
+        if raw_body is not None:
+            data = raw_body
+        elif body is not None:
+            # Canonical JSON: refuses locally what the ledger would refuse as not_canonicalizable.
+            data = canonicalize(body)
+        else:
+            data = None
+        hdrs = {"Accept": "application/json, text/plain"}
+        if self.token is not None:
+            hdrs["Authorization"] = f"Bearer {self.token}"
+        if data is not None and content_type is not None:
+            hdrs["Content-Type"] = content_type
+        if headers:
+            hdrs.update(headers)
+        full_path = self._prefix + path
+        url = self.base_url + path
+        attempts = 1 + (self.retries if idempotent else 0)
+        delay = self.backoff
+        last: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(delay)
+                delay *= 2
+            try:
+                status, resp_headers, payload = self._send(method, full_path, data, hdrs)
+            except (OSError, http.client.HTTPException) as e:
+                last = e
+                continue
+            if status == 503 and idempotent and attempt + 1 < attempts:
+                retry_after = _retry_after(resp_headers)
+                if retry_after is not None:
+                    delay = min(retry_after, self.max_retry_after)
+                last = None
+                continue
+            return self._answer(method, path, status, resp_headers, payload, expect_json)
+        assert last is not None  # the last attempt either answered or failed to connect
+        reason = _describe(last)
+        note = (
+            f" after {attempts} attempts"
+            if attempts > 1
+            else " (not retried: repeating this call is not idempotent)"
+            if method != "GET"
+            else ""
+        )
+        raise LedgerConnectionError(
+            f"cannot reach hitl-ledger at {self.base_url} for {method} {path}: {reason}{note}",
+            url=url,
+            retried=attempts - 1,
+        ) from last
+
+    def _send(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        conn = self._connection()
+        try:
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            if data is not None:
+                conn.putheader("Content-Length", str(len(data)))
+            conn.endheaders()
+            if data:
+                try:
+                    conn.send(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The server may answer before reading the whole body (413 body_too_large)
+                    # and close: its answer, when it arrived, is the one to report.
+                    try:
+                        resp = conn.getresponse()
+                        return resp.status, resp.headers, resp.read()
+                    except (OSError, http.client.HTTPException):
+                        pass
+                    raise
+            resp = conn.getresponse()
+            payload = resp.read()
+            return resp.status, resp.headers, payload
+        finally:
+            conn.close()
+
+    def _answer(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        headers: http.client.HTTPMessage,
+        payload: bytes,
+        expect_json: bool,
+    ) -> tuple[int, Any]:
+        ctype = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if 200 <= status < 300:
+            if not expect_json:
+                return status, payload.decode("utf-8")
+            try:
+                return status, json.loads(payload)
+            except ValueError as e:
+                raise LedgerProtocolError(
+                    f"{method} {path}: answer {status} is not JSON", status=status, body=payload
+                ) from e
+        parsed: Any = None
+        if ctype == "application/json" or payload[:1] == b"{":
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+            raise error_for(
+                status,
+                parsed["error"],
+                str(parsed.get("message", "")),
+                body=parsed,
+                retry_after=_retry_after(headers),
+                method=method,
+                path=path,
+            )
+        if status == 503:
+            raise Overloaded(
+                payload.decode("utf-8", "replace")[:200],
+                status=503,
+                retry_after=_retry_after(headers),
+                method=method,
+                path=path,
+            )
+        raise LedgerProtocolError(
+            f"{method} {path}: answer {status} without an error code: "
+            f"{payload[:200].decode('utf-8', 'replace')}",
+            status=status,
+            body=payload,
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    def append_interrupt(
+        self,
+        *,
+        request_id: str,
+        thread_id: str,
+        interrupt_id: str,
+        action: dict[str, Any],
+        run_id: str | None = None,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        redact: Sequence[str] | None = None,
+        allowed_decisions: Sequence[str] | None = None,
+        review_ttl_seconds: int | None = None,
+    ) -> WriteResult:
+        """``POST /v1/interrupts`` (agent). Idempotent: the same request again is a duplicate."""
+        validate_action(action)
+        body = _drop_none(
+            {
+                "request_id": request_id,
+                "thread_id": thread_id,
+                "run_id": run_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+                "interrupt_id": interrupt_id,
+                "action": action,
+                "redact": list(redact) if redact is not None else None,
+                "allowed_decisions": list(allowed_decisions)
+                if allowed_decisions is not None
+                else None,
+                "review_ttl_seconds": review_ttl_seconds,
+            }
+        )
+        status, answer = self.request("POST", "/v1/interrupts", body, idempotent=True)
+        return _write_result(status, answer)
+
+    def decide(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        rationale: str | None = None,
+        edited_action: dict[str, Any] | None = None,
+    ) -> DecisionResult:
+        """``POST /v1/requests/{id}/decision`` (reviewer): ``approve``, ``edit`` or ``reject``.
+
+        The reviewer is the token's principal; nothing in the body can claim another.
+        """
+        if edited_action is not None:
+            validate_action(edited_action)
+        body = _drop_none(
+            {"decision": decision, "rationale": rationale, "edited_action": edited_action}
+        )
+        status, answer = self.request(
+            "POST", f"/v1/requests/{_seg(request_id)}/decision", body, idempotent=True
+        )
+        base = _write_result(status, answer)
+        return DecisionResult(
+            record=base.record,
+            leaf_hash=base.leaf_hash,
+            seq=base.seq,
+            duplicate=base.duplicate,
+            status=base.status,
+            raw=base.raw,
+            ticket_id=answer.get("ticket_id"),
+            expires_at=answer.get("expires_at"),
+            new_request_id=answer.get("new_request_id"),
+            edited_action=edited_action if decision == "edit" else None,
+        )
+
+    def approve(self, request_id: str, rationale: str | None = None) -> DecisionResult:
+        return self.decide(request_id, "approve", rationale=rationale)
+
+    def reject(self, request_id: str, rationale: str) -> DecisionResult:
+        return self.decide(request_id, "reject", rationale=rationale)
+
+    def edit(
+        self, request_id: str, edited_action: dict[str, Any], rationale: str | None = None
+    ) -> DecisionResult:
+        return self.decide(request_id, "edit", rationale=rationale, edited_action=edited_action)
+
+    def authorize(
+        self,
+        request_id: str,
+        *,
+        ticket_id: str,
+        action: dict[str, Any],
+        attempt_id: str | None = None,
+        run_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> Authorization:
+        """``POST /v1/requests/{id}/authorize`` (agent): the tool-boundary check.
+
+        A denial is not an exception: it answers ``granted=False`` with the ``code``. Retried
+        after a connection failure only when ``attempt_id`` is given (spec section 4).
+        """
+        body = _drop_none(
+            {
+                "ticket_id": ticket_id,
+                "action": action,
+                "attempt_id": attempt_id,
+                "run_id": run_id,
+                "checkpoint_id": checkpoint_id,
+            }
+        )
+        status, answer = self.request(
+            "POST",
+            f"/v1/requests/{_seg(request_id)}/authorize",
+            body,
+            idempotent=attempt_id is not None,
+        )
+        base = _write_result(status, answer)
+        granted = answer.get("granted")
+        if not isinstance(granted, bool):
+            raise LedgerProtocolError(f"authorize answered without a boolean granted: {answer!r}")
+        return Authorization(
+            record=base.record,
+            leaf_hash=base.leaf_hash,
+            seq=base.seq,
+            duplicate=base.duplicate,
+            status=base.status,
+            raw=base.raw,
+            granted=granted,
+            code=answer.get("code"),
+            idempotency_key=answer.get("idempotency_key"),
+        )
+
+    def revoke(self, request_id: str, reason: str) -> WriteResult:
+        """``POST /v1/requests/{id}/revoke`` (agent)."""
+        status, answer = self.request(
+            "POST", f"/v1/requests/{_seg(request_id)}/revoke", {"reason": reason}, idempotent=True
+        )
+        return _write_result(status, answer)
+
+    def follow_up(
+        self,
+        request_id: str,
+        *,
+        follow_up_id: str,
+        follows: str,
+        outcome: str,
+        detail: str | dict[str, Any] | None = None,
+        operation_id: str | None = None,
+        run_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> WriteResult:
+        """``POST /v1/requests/{id}/follow-ups`` (agent): what happened after a grant."""
+        body = _drop_none(
+            {
+                "follow_up_id": follow_up_id,
+                "follows": follows,
+                "outcome": outcome,
+                "detail": detail,
+                "operation_id": operation_id,
+                "run_id": run_id,
+                "checkpoint_id": checkpoint_id,
+            }
+        )
+        status, answer = self.request(
+            "POST", f"/v1/requests/{_seg(request_id)}/follow-ups", body, idempotent=True
+        )
+        return _write_result(status, answer)
+
+    # ------------------------------------------------------------------ reads
+
+    def get_request(self, request_id: str) -> RequestState:
+        """``GET /v1/requests/{id}`` (reviewer, auditor)."""
+        _, answer = self.request("GET", f"/v1/requests/{_seg(request_id)}")
+        return RequestState(
+            request_id=answer["request_id"],
+            state=answer["state"],
+            records=answer["records"],
+            raw=answer,
+        )
+
+    def pending(self) -> list[dict[str, Any]]:
+        """``GET /v1/pending`` (reviewer, auditor): what needs an answer now."""
+        _, answer = self.request("GET", "/v1/pending")
+        return answer["pending"]
+
+    def thread_records_page(
+        self, thread_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """One page of ``GET /v1/threads/{id}/records`` (auditor), as answered."""
+        query = urllib.parse.urlencode(_drop_none({"after": after, "limit": limit}))
+        path = f"/v1/threads/{_seg(thread_id)}/records" + (f"?{query}" if query else "")
+        _, answer = self.request("GET", path)
+        return answer
+
+    def iter_thread_records(
+        self, thread_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every record of a thread, in thread order, following ``next_after``."""
+        while True:
+            page = self.thread_records_page(thread_id, after=after, limit=limit)
+            yield from page["records"]
+            nxt = page.get("next_after")
+            if nxt is None or not page["records"]:
+                return
+            after = nxt
+
+    def thread_records(self, thread_id: str) -> list[dict[str, Any]]:
+        return list(self.iter_thread_records(thread_id))
+
+    def export_thread(self, thread_id: str) -> dict[str, Any]:
+        """``GET /v1/threads/{id}/export`` (auditor): the thread's bundle (spec section 7)."""
+        _, answer = self.request("GET", f"/v1/threads/{_seg(thread_id)}/export")
+        return answer
+
+    def checkpoint(self) -> str:
+        """``GET /v1/checkpoint``: the latest signed checkpoint note."""
+        _, text = self.request("GET", "/v1/checkpoint", expect_json=False)
+        return text
+
+    def inclusion_proof(self, seq: int, size: int | None = None) -> dict[str, Any]:
+        query = urllib.parse.urlencode(_drop_none({"seq": seq, "size": size}))
+        _, answer = self.request("GET", f"/v1/proofs/inclusion?{query}")
+        return answer
+
+    def consistency_proof(self, first: int, second: int) -> dict[str, Any]:
+        query = urllib.parse.urlencode({"from": first, "to": second})
+        _, answer = self.request("GET", f"/v1/proofs/consistency?{query}")
+        return answer
+
+    def healthz(self) -> bool:
+        """``GET /healthz``: ``True`` when the ledger answers 2xx."""
+        self.request("GET", "/healthz", expect_json=False)
+        return True
+
+    def metrics(self) -> str:
+        """``GET /metrics`` (admin): Prometheus text."""
+        _, text = self.request("GET", "/metrics", expect_json=False)
+        return text
+
+
+def _write_result(status: int, answer: Any) -> WriteResult:
+    if not isinstance(answer, dict) or not isinstance(answer.get("record"), dict):
+        raise LedgerProtocolError(f"answer {status} carries no record: {answer!r}", status=status)
+    try:
+        return WriteResult(
+            record=answer["record"],
+            leaf_hash=answer["leaf_hash"],
+            seq=answer["seq"],
+            duplicate=bool(answer["duplicate"]),
+            status=status,
+            raw=answer,
+        )
+    except KeyError as e:
+        raise LedgerProtocolError(f"answer {status} lacks {e}: {answer!r}", status=status) from e
+
+
+def _retry_after(headers: http.client.HTTPMessage | None) -> float | None:
+    if headers is None:
+        return None
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is the server running?)"
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(e, socket.gaierror):
+        return f"host not found ({e})"
+    if isinstance(e, ConnectionResetError):
+        return "connection reset"
+    if isinstance(e, http.client.RemoteDisconnected):
+        return "the server closed the connection without answering"
+    return f"{type(e).__name__}: {e}"
+

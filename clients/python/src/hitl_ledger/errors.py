@@ -1,0 +1,323 @@
+"""Typed errors of the hitl-ledger client.
+
+Every error answer of the ledger (``{"error": CODE, "message": TEXT}``, spec section 6) is raised
+as the subclass of :class:`ApiError` registered for its stable ``code``; :data:`ERROR_CLASSES`
+maps each code of the contract to its class. A code this client does not know yet still raises
+the class of its HTTP status (or :class:`ApiError` itself), with ``code`` set, so callers can
+always branch on ``err.code``.
+
+Failures that never produced an answer (refused connection, timeout, reset) raise
+:class:`LedgerConnectionError`, which is also a builtin :class:`ConnectionError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HitlLedgerError(Exception):
+    """Base class of every error this package raises."""
+
+
+class LedgerConnectionError(HitlLedgerError, ConnectionError):
+    """The ledger could not be reached, or the connection broke before an answer arrived.
+
+    ``retried`` tells how many times the call was retried before giving up (0 for a call that is
+    not safe to repeat, such as an ``authorize`` without an ``attempt_id``).
+    """
+
+    def __init__(self, message: str, *, url: str, retried: int = 0) -> None:
+        super().__init__(message)
+        self.url = url
+        self.retried = retried
+
+
+class LedgerProtocolError(HitlLedgerError):
+    """The ledger answered something that is not the contract's JSON (a proxy page, say)."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: bytes = b"") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class ApiError(HitlLedgerError):
+    """An error answer of the ledger: ``status``, the stable ``code`` and the ``message``."""
+
+    status: int | None = None
+    code: str = "error"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        body: Any = None,
+        retry_after: float | None = None,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.message = message
+        self.body = body
+        self.retry_after = retry_after
+        self.method = method
+        self.path = path
+        where = f" ({method} {path})" if method and path else ""
+        super().__init__(f"{self.status} {self.code}: {message}{where}")
+
+
+# 400
+class BadRequest(ApiError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidJson(BadRequest):
+    code = "invalid_json"
+
+
+class UnknownField(BadRequest):
+    code = "unknown_field"
+
+
+class MissingField(BadRequest):
+    code = "missing_field"
+
+
+class InvalidRequest(BadRequest):
+    code = "invalid_request"
+
+
+class InvalidIdentifier(BadRequest):
+    code = "invalid_identifier"
+
+
+class InvalidAction(BadRequest):
+    code = "invalid_action"
+
+
+class NotCanonicalizable(BadRequest, ValueError):
+    """JSON that RFC 8785 cannot canonicalize, from the ledger or found locally before sending."""
+
+    code = "not_canonicalizable"
+
+
+class InvalidRedaction(BadRequest):
+    code = "invalid_redaction"
+
+
+class DecisionNotAllowed(BadRequest):
+    code = "decision_not_allowed"
+
+
+class ReviewTtlTooLong(BadRequest):
+    code = "review_ttl_too_long"
+
+
+class InvalidTicketId(BadRequest):
+    code = "invalid_ticket_id"
+
+
+class UnknownFollows(BadRequest):
+    code = "unknown_follows"
+
+
+# 401 / 403
+class Unauthenticated(ApiError):
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+# 404
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class RequestNotFound(NotFound):
+    code = "request_not_found"
+
+
+class ThreadNotFound(NotFound):
+    code = "thread_not_found"
+
+
+# 405
+class MethodNotAllowed(ApiError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class AppendOnly(MethodNotAllowed):
+    code = "append_only"
+
+
+# 409
+class ConflictError(ApiError):
+    """Base of the 409 answers."""
+
+    status = 409
+    code = "conflict"
+
+
+class Conflict(ConflictError):
+    """The request is already closed by another decision, a timeout, or cannot be revoked."""
+
+    code = "conflict"
+
+
+class IdempotencyConflict(ConflictError):
+    """The same append key was used before with different content; nothing was written."""
+
+    code = "idempotency_conflict"
+
+
+# 413 / 415
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class BodyTooLarge(PayloadTooLarge):
+    code = "body_too_large"
+
+
+class RecordTooLarge(PayloadTooLarge):
+    code = "record_too_large"
+
+
+class UnsupportedMediaType(ApiError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+# 503
+class Overloaded(ApiError):
+    """The ledger's write queue is full; ``retry_after`` holds its ``Retry-After`` in seconds."""
+
+    status = 503
+    code = "overloaded"
+
+
+#: Every error code of the contract (spec section 6) and the class raised for it.
+ERROR_CLASSES: dict[str, type[ApiError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidJson,
+        UnknownField,
+        MissingField,
+        InvalidRequest,
+        InvalidIdentifier,
+        InvalidAction,
+        NotCanonicalizable,
+        InvalidRedaction,
+        DecisionNotAllowed,
+        ReviewTtlTooLong,
+        InvalidTicketId,
+        UnknownFollows,
+        Unauthenticated,
+        Forbidden,
+        NotFound,
+        RequestNotFound,
+        ThreadNotFound,
+        AppendOnly,
+        MethodNotAllowed,
+        Conflict,
+        IdempotencyConflict,
+        BodyTooLarge,
+        RecordTooLarge,
+        UnsupportedMediaType,
+        Overloaded,
+    )
+}
+
+_STATUS_CLASSES: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: ConflictError,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+    503: Overloaded,
+}
+
+
+def error_for(
+    status: int,
+    code: str | None,
+    message: str,
+    *,
+    body: Any = None,
+    retry_after: float | None = None,
+    method: str | None = None,
+    path: str | None = None,
+) -> ApiError:
+    """The typed error for an error answer: by code, else by status, else :class:`ApiError`."""
+    cls = ERROR_CLASSES.get(code or "") or _STATUS_CLASSES.get(status, ApiError)
+    return cls(
+        message,
+        code=code or cls.code,
+        status=status,
+        body=body,
+        retry_after=retry_after,
+        method=method,
+        path=path,
+    )
+
+
+#: The denial codes of an evaluated authorization (spec section 3), in the order they are checked.
+DENIAL_CODES: tuple[str, ...] = (
+    "approval_pending",
+    "approval_not_found",
+    "approval_request_mismatch",
+    "approval_action_mismatch",
+    "approval_rejected",
+    "approval_superseded",
+    "approval_revoked",
+    "approval_already_used",
+    "approval_expired",
+)
+
+
+class AuthorizationDenied(HitlLedgerError):
+    """An evaluated ``authorize`` said no; the side effect was not called.
+
+    A denial is a recorded outcome (the ledger answered 200 and wrote an ``authorization``
+    record), so this carries the ``code`` and the authorization answer as evidence.
+    """
+
+    def __init__(self, code: str, authorization: Any = None) -> None:
+        super().__init__(f"authorization denied: {code}")
+        self.code = code
+        self.authorization = authorization
+
+
+class InvalidResume(HitlLedgerError, ValueError):
+    """A LangGraph resume value that is not a ledger ticket (or an edit's ledger answer)."""
+
+
+class InterruptIdMismatch(HitlLedgerError):
+    """LangGraph raised an interrupt whose id differs from the one appended to the ledger."""
+
+
+class UnsupportedDecision(HitlLedgerError, ValueError):
+    """A human-in-the-loop decision that has no ledger counterpart (e.g. ``respond``)."""
+
+
+__all__ = [
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, BaseException) and not name.startswith("_")
+] + ["ERROR_CLASSES", "DENIAL_CODES", "error_for"]

@@ -1,0 +1,375 @@
+//! Actions, action digests, redaction and idempotency keys (spec sections 1 and 3).
+//!
+//! The action is `{"tool": TOOL, "args": ARGS}`. Without redaction its digest is
+//! `sha256:` + hex(SHA-256(JCS(action))); with any field redacted it is `hmac-sha256:` +
+//! hex(HMAC-SHA-256(K, JCS({"request_id": R, "action": action}))), and each redacted value is
+//! stored as `hmac-sha256:` + hex(HMAC-SHA-256(K, JCS({"request_id": R, "value": VALUE}))).
+
+use std::collections::BTreeSet;
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::jcs;
+use crate::record::check_id;
+
+/// Prefix of an unredacted action digest.
+pub const SHA256_PREFIX: &str = "sha256:";
+/// Prefix of a keyed action digest and of a redacted value.
+pub const HMAC_PREFIX: &str = "hmac-sha256:";
+
+/// The ledger's redaction secret K (32 random bytes made by `init`). Its `Debug` prints nothing
+/// of the key.
+#[derive(Clone)]
+pub struct RedactionKey([u8; 32]);
+
+impl std::fmt::Debug for RedactionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedactionKey(..)")
+    }
+}
+
+impl RedactionKey {
+    /// A key from its bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        RedactionKey(bytes)
+    }
+
+    /// The key bytes (for writing the key file).
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// HMAC-SHA-256 of `data` under this key, lowercase hex.
+    pub fn hmac_hex(&self, data: &[u8]) -> String {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC accepts keys of any length");
+        mac.update(data);
+        hex::encode(mac.finalize().into_bytes())
+    }
+}
+
+/// A tool call: a tool name and its arguments object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Action {
+    /// The tool's name (an id).
+    pub tool: String,
+    /// The arguments, a JSON object.
+    pub args: Map<String, Value>,
+}
+
+impl Action {
+    /// Reads an action from a request field.
+    ///
+    /// # Errors
+    /// `invalid_action` unless `v` is an object with exactly a string `tool` that is a valid id
+    /// and an object `args`.
+    pub fn from_value(v: &Value) -> Result<Action> {
+        let bad = |m: &str| Error::new(ErrorCode::InvalidAction, m.to_string());
+        let obj = v
+            .as_object()
+            .ok_or_else(|| bad("action must be an object {\"tool\", \"args\"}"))?;
+        if let Some(k) = obj.keys().find(|k| *k != "tool" && *k != "args") {
+            return Err(bad(&format!("action has an unknown field {k:?}")));
+        }
+        let tool = obj
+            .get("tool")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("action.tool must be a string"))?;
+        check_id("action.tool", tool)
+            .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+        let args = obj
+            .get("args")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad("action.args must be an object"))?;
+        Ok(Action {
+            tool: tool.to_string(),
+            args: args.clone(),
+        })
+    }
+
+    /// The action as `{"tool", "args"}`.
+    pub fn to_value(&self) -> Value {
+        json!({"tool": self.tool, "args": Value::Object(self.args.clone())})
+    }
+
+    /// `sha256:` + hex(SHA-256(JCS(action))): the digest of an action nobody redacted.
+    pub fn plain_digest(&self) -> String {
+        let bytes = jcs::to_vec(&self.to_value());
+        format!("{SHA256_PREFIX}{}", hex::encode(Sha256::digest(&bytes)))
+    }
+
+    /// `hmac-sha256:` + hex(HMAC(K, JCS({"request_id": R, "action": action}))).
+    pub fn keyed_digest(&self, key: &RedactionKey, request_id: &str) -> String {
+        let bytes = jcs::to_vec(&json!({"request_id": request_id, "action": self.to_value()}));
+        format!("{HMAC_PREFIX}{}", key.hmac_hex(&bytes))
+    }
+
+    /// The digest in the form a request's interrupt fixed: keyed when it redacted anything.
+    pub fn digest(&self, key: &RedactionKey, request_id: &str, keyed: bool) -> String {
+        if keyed {
+            self.keyed_digest(key, request_id)
+        } else {
+            self.plain_digest()
+        }
+    }
+}
+
+/// The stored stand-in of a redacted value.
+pub fn redacted_value(key: &RedactionKey, request_id: &str, value: &Value) -> String {
+    let bytes = jcs::to_vec(&json!({"request_id": request_id, "value": value}));
+    format!("{HMAC_PREFIX}{}", key.hmac_hex(&bytes))
+}
+
+/// A grant's idempotency key: hex(SHA-256(JCS({"origin": ORIGIN, "request_id": REQUEST_ID}))).
+pub fn idempotency_key(origin: &str, request_id: &str) -> String {
+    let bytes = jcs::to_vec(&json!({"origin": origin, "request_id": request_id}));
+    hex::encode(Sha256::digest(&bytes))
+}
+
+/// Splits an RFC 6901 JSON Pointer into its unescaped reference tokens.
+///
+/// # Errors
+/// `invalid_redaction` for `""` (the whole arguments), a pointer not starting with `/`, or a
+/// `~` not followed by `0` or `1`.
+pub fn parse_pointer(p: &str) -> Result<Vec<String>> {
+    let bad = |m: &str| Error::new(ErrorCode::InvalidRedaction, format!("pointer {p:?}: {m}"));
+    if p.is_empty() {
+        return Err(bad("the empty pointer would redact the whole arguments"));
+    }
+    let rest = p
+        .strip_prefix('/')
+        .ok_or_else(|| bad("a JSON Pointer starts with '/'"))?;
+    rest.split('/')
+        .map(|tok| {
+            let mut out = String::with_capacity(tok.len());
+            let mut chars = tok.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return Err(bad("'~' must be followed by '0' or '1'")),
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+fn array_index(tok: &str, len: usize) -> Option<usize> {
+    if tok.is_empty() || (tok.len() > 1 && tok.starts_with('0')) {
+        return None;
+    }
+    if !tok.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    tok.parse::<usize>().ok().filter(|i| *i < len)
+}
+
+fn resolve_mut<'a>(args: &'a mut Map<String, Value>, tokens: &[String]) -> Option<&'a mut Value> {
+    let (first, rest) = tokens.split_first()?;
+    let mut cur = args.get_mut(first)?;
+    for tok in rest {
+        cur = match cur {
+            Value::Object(m) => m.get_mut(tok)?,
+            Value::Array(a) => {
+                let i = array_index(tok, a.len())?;
+                a.get_mut(i)?
+            }
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn resolves(args: &Map<String, Value>, tokens: &[String]) -> bool {
+    let mut copy = args.clone();
+    resolve_mut(&mut copy, tokens).is_some()
+}
+
+/// Checks a request's `redact` list: each pointer well-formed, not `""`, no duplicates.
+///
+/// # Errors
+/// `invalid_redaction` naming the first bad pointer.
+pub fn check_request_pointers(pointers: &[String]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for p in pointers {
+        parse_pointer(p)?;
+        if !seen.insert(p.as_str()) {
+            return Err(Error::new(
+                ErrorCode::InvalidRedaction,
+                format!("pointer {p:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The result of redacting an action's arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Redaction {
+    /// The arguments as stored: every redacted value replaced by its keyed hash.
+    pub args: Map<String, Value>,
+    /// The pointers applied, sorted.
+    pub applied: Vec<String>,
+}
+
+/// Redacts `action.args` for request `request_id`. `required` pointers (the request's own) must
+/// each resolve; `optional` ones (policy) apply where they resolve. A pointer below another
+/// applied pointer is covered by it (the ancestor's clear value is hashed as a whole).
+///
+/// # Errors
+/// `invalid_redaction` when a required pointer is malformed or does not resolve.
+pub fn redact(
+    key: &RedactionKey,
+    request_id: &str,
+    action: &Action,
+    required: &[String],
+    optional: &[String],
+) -> Result<Redaction> {
+    check_request_pointers(required)?;
+    let mut applied: BTreeSet<String> = BTreeSet::new();
+    for p in required {
+        let toks = parse_pointer(p)?;
+        if !resolves(&action.args, &toks) {
+            return Err(Error::new(
+                ErrorCode::InvalidRedaction,
+                format!("pointer {p:?} does not resolve in the action's args"),
+            ));
+        }
+        applied.insert(p.clone());
+    }
+    for p in optional {
+        if let Ok(toks) = parse_pointer(p)
+            && resolves(&action.args, &toks)
+        {
+            applied.insert(p.clone());
+        }
+    }
+    let parsed: Vec<(String, Vec<String>)> = applied
+        .iter()
+        .map(|p| (p.clone(), parse_pointer(p).unwrap_or_default()))
+        .collect();
+    let mut args = action.args.clone();
+    for (_, toks) in &parsed {
+        let covered = parsed
+            .iter()
+            .any(|(_, other)| other.len() < toks.len() && toks.starts_with(other));
+        if covered {
+            continue;
+        }
+        if let Some(slot) = resolve_mut(&mut args, toks) {
+            let stand_in = redacted_value(key, request_id, slot);
+            *slot = Value::String(stand_in);
+        }
+    }
+    Ok(Redaction {
+        args,
+        applied: applied.into_iter().collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_digest_vectors() {
+        let v = crate::test_vectors::load("action_digest.json");
+        let cases = v["cases"].as_array().unwrap();
+        assert!(cases.len() >= 9);
+        for c in cases {
+            let a = Action::from_value(&c["action"]).unwrap();
+            assert_eq!(
+                a.plain_digest(),
+                c["digest"].as_str().unwrap(),
+                "{}",
+                c["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn actions_must_be_tool_and_object_args() {
+        for bad in [
+            json!([]),
+            json!({"tool": "t"}),
+            json!({"tool": "t", "args": []}),
+            json!({"tool": 1, "args": {}}),
+            json!({"tool": "", "args": {}}),
+            json!({"tool": "t", "args": {}, "x": 1}),
+        ] {
+            assert_eq!(
+                Action::from_value(&bad).unwrap_err().code(),
+                ErrorCode::InvalidAction
+            );
+        }
+    }
+
+    #[test]
+    fn redaction_hides_values_and_binds_the_request() {
+        let key = RedactionKey::from_bytes([1; 32]);
+        let a = Action::from_value(
+            &json!({"tool": "wire", "args": {"account": "DE89", "amt": 5, "card": {"cvv": "123"}}}),
+        )
+        .unwrap();
+        let r = redact(
+            &key,
+            "r1",
+            &a,
+            &["/card/cvv".into()],
+            &["/account".into(), "/missing".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            r.applied,
+            vec!["/account".to_string(), "/card/cvv".to_string()]
+        );
+        let text = serde_json::to_string(&r.args).unwrap();
+        assert!(!text.contains("DE89") && !text.contains("123"));
+        assert_eq!(r.args["amt"], json!(5));
+        let r2 = redact(&key, "r2", &a, &["/card/cvv".into()], &["/account".into()]).unwrap();
+        assert_ne!(
+            r.args["account"], r2.args["account"],
+            "the request id is bound"
+        );
+        assert!(a.keyed_digest(&key, "r1").starts_with(HMAC_PREFIX));
+        assert_ne!(a.keyed_digest(&key, "r1"), a.keyed_digest(&key, "r2"));
+    }
+
+    #[test]
+    fn bad_pointers_are_refused() {
+        let key = RedactionKey::from_bytes([1; 32]);
+        let a = Action::from_value(&json!({"tool": "t", "args": {"a": [1, 2]}})).unwrap();
+        for bad in [
+            vec![""],
+            vec!["a"],
+            vec!["/b"],
+            vec!["/a/2"],
+            vec!["/a/01"],
+            vec!["/a/0", "/a/0"],
+            vec!["/~2"],
+        ] {
+            let ptrs: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert_eq!(
+                redact(&key, "r", &a, &ptrs, &[]).unwrap_err().code(),
+                ErrorCode::InvalidRedaction,
+                "{bad:?}"
+            );
+        }
+        assert!(redact(&key, "r", &a, &["/a/1".into()], &[]).is_ok());
+    }
+
+    #[test]
+    fn idempotency_key_is_over_origin_and_request() {
+        let k = idempotency_key("o", "r");
+        let expected = hex::encode(Sha256::digest(br#"{"origin":"o","request_id":"r"}"#));
+        assert_eq!(k, expected);
+    }
+}

@@ -1,0 +1,205 @@
+//! Bearer tokens: the tokens file holds only each token's SHA-256 with its principal and role.
+//! Lookup compares hashes in constant time.
+
+use std::path::Path;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::record::check_id;
+
+/// A role a token grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Agent hosts: interrupts, authorize, revoke, follow-ups.
+    Agent,
+    /// Reviewers: decisions, reading requests and pending.
+    Reviewer,
+    /// Auditors: reading threads, exports, requests.
+    Auditor,
+    /// Every route.
+    Admin,
+}
+
+impl Role {
+    /// The role's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Reviewer => "reviewer",
+            Role::Auditor => "auditor",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// Parses a role name.
+    ///
+    /// # Errors
+    /// `usage` for anything but agent, reviewer, auditor, admin.
+    pub fn parse(s: &str) -> Result<Role> {
+        match s {
+            "agent" => Ok(Role::Agent),
+            "reviewer" => Ok(Role::Reviewer),
+            "auditor" => Ok(Role::Auditor),
+            "admin" => Ok(Role::Admin),
+            _ => Err(Error::new(
+                ErrorCode::Usage,
+                format!("role {s:?} is not one of agent, reviewer, auditor, admin"),
+            )),
+        }
+    }
+}
+
+/// One entry of the tokens file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// Lowercase hex SHA-256 of the token.
+    pub sha256: String,
+    /// The principal the token authenticates.
+    pub principal: String,
+    /// The role.
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    tokens: Vec<TokenEntry>,
+}
+
+/// The loaded tokens.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    entries: Vec<([u8; 32], TokenEntry)>,
+}
+
+/// SHA-256 of a token.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Tokens {
+    /// Loads a tokens file; a missing file is no tokens.
+    ///
+    /// # Errors
+    /// `usage` when the file is unreadable or malformed.
+    pub fn load(path: &Path) -> Result<Tokens> {
+        if !path.exists() {
+            return Ok(Tokens::default());
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                ErrorCode::Usage,
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let file: TokensFile = serde_json::from_str(&text)
+            .map_err(|e| Error::new(ErrorCode::Usage, format!("{}: {e}", path.display())))?;
+        let mut entries = Vec::new();
+        for e in file.tokens {
+            let mut h = [0u8; 32];
+            hex::decode_to_slice(&e.sha256, &mut h).map_err(|_| {
+                Error::new(
+                    ErrorCode::Usage,
+                    format!("{}: sha256 must be 64 hex digits", path.display()),
+                )
+            })?;
+            entries.push((h, e));
+        }
+        Ok(Tokens { entries })
+    }
+
+    /// The entry whose hash matches `token`, compared in constant time over every entry.
+    pub fn authenticate(&self, token: &str) -> Option<&TokenEntry> {
+        let h = token_hash(token);
+        let mut found = None;
+        for (eh, e) in &self.entries {
+            if bool::from(eh.ct_eq(&h)) {
+                found = Some(e);
+            }
+        }
+        found
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Creates a token for `principal` with `role`, appends its hash to the tokens file (mode
+/// 0600), and returns the token, which is never stored.
+///
+/// # Errors
+/// `invalid_identifier` for a bad principal; storage errors.
+pub fn add_token(path: &Path, principal: &str, role: Role) -> Result<String> {
+    check_id("principal", principal)?;
+    let mut file: TokensFile = if path.exists() {
+        let text = std::fs::read_to_string(path)?;
+        serde_json::from_str(&text)
+            .map_err(|e| Error::new(ErrorCode::Usage, format!("{}: {e}", path.display())))?
+    } else {
+        TokensFile::default()
+    };
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(|e| Error::storage("random", e))?;
+    let token = format!(
+        "hlt_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    );
+    file.tokens.push(TokenEntry {
+        sha256: hex::encode(token_hash(&token)),
+        principal: principal.to_string(),
+        role,
+    });
+    let text = serde_json::to_string_pretty(&file)
+        .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
+    let tmp = path.with_extension("json.tmp");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_stored_hashed_and_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.json");
+        let t = add_token(&p, "alice", Role::Reviewer).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains(&t), "the token itself is never stored");
+        let tokens = Tokens::load(&p).unwrap();
+        assert_eq!(tokens.authenticate(&t).unwrap().principal, "alice");
+        assert!(tokens.authenticate("hlt_wrong").is_none());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}

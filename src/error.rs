@@ -1,0 +1,231 @@
+//! The one public error type, its stable codes, and the two mapping tables: error code to HTTP
+//! status, and error code to process exit code. Nothing else in the crate decides either.
+
+use std::fmt;
+
+/// A stable error code. The string form (see [`ErrorCode::as_str`]) is part of the contract
+/// (spec section 6) and never changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The body or line is not JSON (syntax, invalid UTF-8, nesting too deep).
+    InvalidJson,
+    /// A request names a field the contract does not define.
+    UnknownField,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong type or an invalid value.
+    InvalidRequest,
+    /// An identifier breaks the id rule (length, control characters, reserved prefix).
+    InvalidIdentifier,
+    /// An action is not an object with a string `tool` and object `args`.
+    InvalidAction,
+    /// JSON that two parties could digest differently (unsafe integer, lone surrogate, duplicate key).
+    NotCanonicalizable,
+    /// A redaction pointer is empty, duplicated, malformed or does not resolve.
+    InvalidRedaction,
+    /// The decision is not among the interrupt's `allowed_decisions`.
+    DecisionNotAllowed,
+    /// A requested review window longer than policy allows.
+    ReviewTtlTooLong,
+    /// A ticket id that is not a lowercase canonical UUID v7.
+    InvalidTicketId,
+    /// A follow-up's `follows` does not name a record of the same request.
+    UnknownFollows,
+    /// No or unknown bearer token.
+    Unauthenticated,
+    /// The token's role may not use the route.
+    Forbidden,
+    /// No such route.
+    NotFound,
+    /// The request id is unknown.
+    RequestNotFound,
+    /// The thread id is unknown.
+    ThreadNotFound,
+    /// `PUT`, `PATCH` or `DELETE` on a `/v1/` path.
+    AppendOnly,
+    /// Any other wrong method.
+    MethodNotAllowed,
+    /// A transition the request's state does not allow (section 3).
+    Conflict,
+    /// The same idempotency key with different content (section 4).
+    IdempotencyConflict,
+    /// A request body over 1 MiB.
+    BodyTooLarge,
+    /// A record whose leaf would exceed 1 MiB.
+    RecordTooLarge,
+    /// A body that is not `application/json`.
+    UnsupportedMediaType,
+    /// The writer queue is full.
+    Overloaded,
+    /// Bad command-line usage or configuration (CLI only).
+    Usage,
+    /// The data directory is missing, already initialized, or held by another process.
+    DataDir,
+    /// A storage or file-system error; nothing was acknowledged.
+    Storage,
+    /// Stored state contradicts itself (a tampered or corrupt store); the ledger refuses to write.
+    Corrupt,
+    /// A bug: an invariant the code relies on did not hold.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The stable string of the code, as it appears in `{"error": CODE}`.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            InvalidJson => "invalid_json",
+            UnknownField => "unknown_field",
+            MissingField => "missing_field",
+            InvalidRequest => "invalid_request",
+            InvalidIdentifier => "invalid_identifier",
+            InvalidAction => "invalid_action",
+            NotCanonicalizable => "not_canonicalizable",
+            InvalidRedaction => "invalid_redaction",
+            DecisionNotAllowed => "decision_not_allowed",
+            ReviewTtlTooLong => "review_ttl_too_long",
+            InvalidTicketId => "invalid_ticket_id",
+            UnknownFollows => "unknown_follows",
+            Unauthenticated => "unauthenticated",
+            Forbidden => "forbidden",
+            NotFound => "not_found",
+            RequestNotFound => "request_not_found",
+            ThreadNotFound => "thread_not_found",
+            AppendOnly => "append_only",
+            MethodNotAllowed => "method_not_allowed",
+            Conflict => "conflict",
+            IdempotencyConflict => "idempotency_conflict",
+            BodyTooLarge => "body_too_large",
+            RecordTooLarge => "record_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
+            Overloaded => "overloaded",
+            Usage => "usage",
+            DataDir => "data_dir",
+            Storage => "storage_error",
+            Corrupt => "corrupt_store",
+            Internal => "internal_error",
+        }
+    }
+
+    /// The HTTP status this code is answered with (spec section 6). The one table for statuses.
+    pub fn http_status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            InvalidJson | UnknownField | MissingField | InvalidRequest | InvalidIdentifier
+            | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
+            | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage => 400,
+            Unauthenticated => 401,
+            Forbidden => 403,
+            NotFound | RequestNotFound | ThreadNotFound => 404,
+            AppendOnly | MethodNotAllowed => 405,
+            Conflict | IdempotencyConflict => 409,
+            BodyTooLarge | RecordTooLarge => 413,
+            UnsupportedMediaType => 415,
+            Overloaded | DataDir => 503,
+            Storage | Corrupt | Internal => 500,
+        }
+    }
+
+    /// The process exit code of a command that failed with this code (spec section 5): every
+    /// error is 2 (bad usage, bad input, I/O). A verification that finds a problem is not an
+    /// error; it exits 1 through its verdict.
+    pub fn exit_code(self) -> i32 {
+        2
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The crate's error: a stable [`ErrorCode`] and a message that carries the evidence (the field,
+/// the offset, the conflicting state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Error {
+    /// An error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// A storage error from RocksDB or the file system.
+    pub fn storage(context: &str, err: impl fmt::Display) -> Self {
+        Error::new(ErrorCode::Storage, format!("{context}: {err}"))
+    }
+
+    /// A corrupt or tampered store.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Error::new(ErrorCode::Corrupt, message)
+    }
+
+    /// The `{"error": CODE, "message": TEXT}` body of the HTTP API.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"error": self.code.as_str(), "message": self.message})
+    }
+
+    /// True when the error says nothing was evaluated because input was bad (4xx).
+    pub fn is_client_error(&self) -> bool {
+        (400..500).contains(&self.code.http_status())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<rocksdb::Error> for Error {
+    fn from(e: rocksdb::Error) -> Self {
+        Error::storage("rocksdb", e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::storage("i/o", e)
+    }
+}
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_contract_table() {
+        assert_eq!(ErrorCode::NotCanonicalizable.http_status(), 400);
+        assert_eq!(ErrorCode::Unauthenticated.http_status(), 401);
+        assert_eq!(ErrorCode::Forbidden.http_status(), 403);
+        assert_eq!(ErrorCode::ThreadNotFound.http_status(), 404);
+        assert_eq!(ErrorCode::AppendOnly.http_status(), 405);
+        assert_eq!(ErrorCode::IdempotencyConflict.http_status(), 409);
+        assert_eq!(ErrorCode::RecordTooLarge.http_status(), 413);
+        assert_eq!(ErrorCode::UnsupportedMediaType.http_status(), 415);
+        assert_eq!(ErrorCode::Overloaded.http_status(), 503);
+        assert_eq!(ErrorCode::Conflict.as_str(), "conflict");
+    }
+}

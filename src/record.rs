@@ -1,0 +1,616 @@
+//! The record model (spec section 1): the envelope, the kinds, identifiers, and the leaf, which
+//! is the record's RFC 8785 canonical bytes. A leaf is parsed back only to read it; checks hash
+//! the stored bytes and never re-serialize a record.
+
+use serde_json::{Map, Value, json};
+
+use crate::clock::Timestamp;
+use crate::error::{Error, ErrorCode, Result};
+use crate::jcs;
+use crate::merkle::{self, Hash};
+
+/// Format version written in every record's `v`.
+pub const FORMAT_VERSION: u64 = 1;
+/// The largest leaf, in bytes (1 MiB).
+pub const MAX_LEAF_BYTES: usize = 1 << 20;
+/// The longest identifier, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+/// Prefix of thread and request ids reserved for the ledger itself.
+pub const RESERVED_PREFIX: &str = "hitl-ledger/";
+/// The reserved thread that holds refusals naming no existing thread or request.
+pub const REFUSALS_THREAD: &str = "hitl-ledger/refusals";
+/// The `prev` / `thread_prev` of a first record: 64 zeros.
+pub const ZERO_HASH: Hash = [0u8; 32];
+/// `action_schema` of every interrupt.
+pub const ACTION_SCHEMA: &str = "hitl-ledger/action/v1";
+
+/// True when `s` is a valid identifier: 1 to 256 bytes of UTF-8 with no character of Unicode
+/// category Cc.
+pub fn is_valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_ID_BYTES && !s.chars().any(char::is_control)
+}
+
+/// Checks an identifier, naming the field in the error.
+///
+/// # Errors
+/// `invalid_identifier` when `s` breaks the id rule.
+pub fn check_id(field: &str, s: &str) -> Result<()> {
+    if is_valid_id(s) {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorCode::InvalidIdentifier,
+            format!(
+                "{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8 without control characters (got {} bytes)",
+                s.len()
+            ),
+        ))
+    }
+}
+
+/// Checks a thread or request id supplied by a client: the id rule plus the reserved prefix.
+///
+/// # Errors
+/// `invalid_identifier` when the id is invalid or starts with `hitl-ledger/`.
+pub fn check_client_id(field: &str, s: &str) -> Result<()> {
+    check_id(field, s)?;
+    if s.starts_with(RESERVED_PREFIX) {
+        return Err(Error::new(
+            ErrorCode::InvalidIdentifier,
+            format!("{field} {s:?} uses the reserved prefix {RESERVED_PREFIX:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Lowercase hex of a hash.
+pub fn hex_hash(h: &Hash) -> String {
+    hex::encode(h)
+}
+
+/// Parses 64 lowercase hex digits.
+pub fn parse_hex_hash(s: &str) -> Option<Hash> {
+    if s.len() != 64 || s.bytes().any(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
+}
+
+/// The kind of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// What the reviewer was shown.
+    Interrupt,
+    /// An approval or an edit.
+    Decision,
+    /// A rejection.
+    Rejection,
+    /// What the agent did next.
+    FollowUp,
+    /// A gate evaluation.
+    Authorization,
+    /// A review deadline that passed.
+    Timeout,
+    /// A revocation.
+    Revocation,
+    /// A refused write attempt (`PUT`, `PATCH`, `DELETE`).
+    Refusal,
+}
+
+impl Kind {
+    /// All kinds.
+    pub const ALL: [Kind; 8] = [
+        Kind::Interrupt,
+        Kind::Decision,
+        Kind::Rejection,
+        Kind::FollowUp,
+        Kind::Authorization,
+        Kind::Timeout,
+        Kind::Revocation,
+        Kind::Refusal,
+    ];
+
+    /// The contract's name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Interrupt => "interrupt",
+            Kind::Decision => "decision",
+            Kind::Rejection => "rejection",
+            Kind::FollowUp => "follow_up",
+            Kind::Authorization => "authorization",
+            Kind::Timeout => "timeout",
+            Kind::Revocation => "revocation",
+            Kind::Refusal => "refusal",
+        }
+    }
+
+    /// Parses a kind name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Who caused a write, as the ledger authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The principal (token's principal, `local:<user>`, or `hitl-ledger`).
+    pub principal: String,
+    /// `agent`, `reviewer`, `auditor`, `admin` or `system`.
+    pub role: String,
+}
+
+impl Actor {
+    /// The ledger itself (timeouts).
+    pub fn system() -> Actor {
+        Actor {
+            principal: "hitl-ledger".into(),
+            role: "system".into(),
+        }
+    }
+
+    /// The local command line: `local:<OS user name>` as admin.
+    pub fn local_admin() -> Actor {
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok()
+            .filter(|u| is_valid_id(u) && u.len() < 200)
+            .unwrap_or_else(|| "unknown".into());
+        Actor {
+            principal: format!("local:{user}"),
+            role: "admin".into(),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        json!({"principal": self.principal, "role": self.role})
+    }
+}
+
+/// One record: the envelope and its kind's body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The log's origin.
+    pub origin: String,
+    /// Position in the log.
+    pub seq: u64,
+    /// Leaf hash of record `seq - 1`, zeros for 0.
+    pub prev: Hash,
+    /// Time of the atomic write.
+    pub ts: Timestamp,
+    /// The kind.
+    pub kind: Kind,
+    /// The thread.
+    pub thread_id: String,
+    /// The run, if known.
+    pub run_id: Option<String>,
+    /// Checkpoint namespace (`""` at the root graph).
+    pub checkpoint_ns: String,
+    /// The graph checkpoint, if known.
+    pub checkpoint_id: Option<String>,
+    /// The approval request (`None` only on a refusal naming none).
+    pub request_id: Option<String>,
+    /// Position among the thread's records.
+    pub thread_seq: u64,
+    /// Leaf hash of the thread's previous record.
+    pub thread_prev: Hash,
+    /// Who caused the write.
+    pub actor: Actor,
+    /// The kind's fields (a JSON object).
+    pub body: Map<String, Value>,
+}
+
+/// Why a stored leaf is not a valid record. Each maps to a verification problem code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeafError {
+    /// Not JSON, or JSON that cannot be canonicalized (`leaf_encoding`).
+    Encoding(String),
+    /// JSON, but not byte-identical to its canonical form (`leaf_not_canonical`).
+    NotCanonical,
+    /// A missing or ill-typed envelope or body field (`envelope`).
+    Envelope(String),
+}
+
+impl LeafError {
+    /// The verification problem code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LeafError::Encoding(_) => "leaf_encoding",
+            LeafError::NotCanonical => "leaf_not_canonical",
+            LeafError::Envelope(_) => "envelope",
+        }
+    }
+}
+
+impl std::fmt::Display for LeafError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeafError::Encoding(m) => write!(f, "leaf is not canonicalizable JSON: {m}"),
+            LeafError::NotCanonical => f.write_str("leaf is not in RFC 8785 canonical form"),
+            LeafError::Envelope(m) => write!(f, "incomplete envelope: {m}"),
+        }
+    }
+}
+
+impl Record {
+    /// The record as a JSON object.
+    pub fn to_value(&self) -> Value {
+        json!({
+            "v": FORMAT_VERSION,
+            "origin": self.origin,
+            "seq": self.seq,
+            "prev": hex_hash(&self.prev),
+            "ts": self.ts.to_string(),
+            "kind": self.kind.as_str(),
+            "thread_id": self.thread_id,
+            "run_id": self.run_id,
+            "checkpoint_ns": self.checkpoint_ns,
+            "checkpoint_id": self.checkpoint_id,
+            "request_id": self.request_id,
+            "thread_seq": self.thread_seq,
+            "thread_prev": hex_hash(&self.thread_prev),
+            "actor": self.actor.to_value(),
+            "body": Value::Object(self.body.clone()),
+        })
+    }
+
+    /// The leaf: canonical bytes of the record.
+    ///
+    /// # Errors
+    /// `record_too_large` when the leaf would exceed 1 MiB.
+    pub fn leaf(&self) -> Result<Vec<u8>> {
+        let leaf = jcs::to_vec(&self.to_value());
+        if leaf.len() > MAX_LEAF_BYTES {
+            return Err(Error::new(
+                ErrorCode::RecordTooLarge,
+                format!(
+                    "the record would be {} bytes; a leaf is at most {MAX_LEAF_BYTES}",
+                    leaf.len()
+                ),
+            ));
+        }
+        Ok(leaf)
+    }
+
+    /// Parses and checks a stored leaf: canonical JSON, complete envelope, the kind's body fields.
+    ///
+    /// # Errors
+    /// A [`LeafError`] naming what is wrong.
+    pub fn from_leaf(leaf: &[u8]) -> Result<Record, LeafError> {
+        let value = jcs::parse(leaf, jcs::ParseOptions::default()).map_err(|e| {
+            if e.is_syntax() {
+                LeafError::Encoding(e.to_string())
+            } else {
+                // JSON, but with no canonical form (duplicate key, lone surrogate, overflow).
+                LeafError::NotCanonical
+            }
+        })?;
+        if jcs::to_vec(&value) != leaf {
+            return Err(LeafError::NotCanonical);
+        }
+        Record::from_value(&value)
+    }
+
+    /// Reads a record from its JSON object, checking every envelope and body field.
+    ///
+    /// # Errors
+    /// [`LeafError::Envelope`] naming the first bad field.
+    pub fn from_value(value: &Value) -> Result<Record, LeafError> {
+        let env = |m: String| LeafError::Envelope(m);
+        let obj = value
+            .as_object()
+            .ok_or_else(|| env("record is not an object".into()))?;
+        const FIELDS: [&str; 15] = [
+            "v",
+            "origin",
+            "seq",
+            "prev",
+            "ts",
+            "kind",
+            "thread_id",
+            "run_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "request_id",
+            "thread_seq",
+            "thread_prev",
+            "actor",
+            "body",
+        ];
+        for k in obj.keys() {
+            if !FIELDS.contains(&k.as_str()) {
+                return Err(env(format!("unknown envelope field {k:?}")));
+            }
+        }
+        let v = get_u64(obj, "v")?;
+        if v != FORMAT_VERSION {
+            return Err(env(format!("v is {v}, expected {FORMAT_VERSION}")));
+        }
+        let origin = get_str(obj, "origin")?;
+        if !crate::note::valid_origin(&origin) {
+            return Err(env("origin is not a valid origin".into()));
+        }
+        let seq = get_u64(obj, "seq")?;
+        let prev = get_hash(obj, "prev")?;
+        let ts_s = get_str(obj, "ts")?;
+        let ts = Timestamp::parse(&ts_s).map_err(|_| env(format!("ts {ts_s:?} is malformed")))?;
+        let kind_s = get_str(obj, "kind")?;
+        let kind = Kind::parse(&kind_s).ok_or_else(|| env(format!("unknown kind {kind_s:?}")))?;
+        let thread_id = get_id(obj, "thread_id")?;
+        let run_id = get_opt_id(obj, "run_id")?;
+        let checkpoint_ns = get_str(obj, "checkpoint_ns")?;
+        if checkpoint_ns.len() > MAX_ID_BYTES || checkpoint_ns.chars().any(char::is_control) {
+            return Err(env("checkpoint_ns is malformed".into()));
+        }
+        let checkpoint_id = get_opt_id(obj, "checkpoint_id")?;
+        let request_id = get_opt_id(obj, "request_id")?;
+        if request_id.is_none() && kind != Kind::Refusal {
+            return Err(env(format!("request_id is null on a {kind_s}")));
+        }
+        let thread_seq = get_u64(obj, "thread_seq")?;
+        let thread_prev = get_hash(obj, "thread_prev")?;
+        let actor_obj = obj
+            .get("actor")
+            .and_then(Value::as_object)
+            .ok_or_else(|| env("actor is not an object".into()))?;
+        if actor_obj.len() != 2 {
+            return Err(env("actor must have exactly principal and role".into()));
+        }
+        let actor = Actor {
+            principal: get_id(actor_obj, "principal")?,
+            role: get_str(actor_obj, "role")?,
+        };
+        if !["agent", "reviewer", "auditor", "admin", "system"].contains(&actor.role.as_str()) {
+            return Err(env(format!("actor role {:?} is unknown", actor.role)));
+        }
+        let body = obj
+            .get("body")
+            .and_then(Value::as_object)
+            .ok_or_else(|| env("body is not an object".into()))?
+            .clone();
+        check_body(kind, &body)?;
+        Ok(Record {
+            origin,
+            seq,
+            prev,
+            ts,
+            kind,
+            thread_id,
+            run_id,
+            checkpoint_ns,
+            checkpoint_id,
+            request_id,
+            thread_seq,
+            thread_prev,
+            actor,
+            body,
+        })
+    }
+
+    /// A body string field (for records this crate wrote or checked).
+    pub fn body_str(&self, field: &str) -> Option<&str> {
+        self.body.get(field).and_then(Value::as_str)
+    }
+
+    /// A body timestamp field, `None` when null or absent.
+    pub fn body_ts(&self, field: &str) -> Option<Timestamp> {
+        self.body_str(field).and_then(|s| Timestamp::parse(s).ok())
+    }
+
+    /// The record's leaf hash, recomputed from its leaf.
+    ///
+    /// # Errors
+    /// As [`Record::leaf`].
+    pub fn leaf_hash(&self) -> Result<Hash> {
+        Ok(merkle::leaf_hash(&self.leaf()?))
+    }
+}
+
+fn get<'a>(obj: &'a Map<String, Value>, k: &str) -> Result<&'a Value, LeafError> {
+    obj.get(k)
+        .ok_or_else(|| LeafError::Envelope(format!("missing field {k:?}")))
+}
+
+fn get_u64(obj: &Map<String, Value>, k: &str) -> Result<u64, LeafError> {
+    get(obj, k)?
+        .as_u64()
+        .ok_or_else(|| LeafError::Envelope(format!("{k} is not a non-negative integer")))
+}
+
+fn get_str(obj: &Map<String, Value>, k: &str) -> Result<String, LeafError> {
+    get(obj, k)?
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| LeafError::Envelope(format!("{k} is not a string")))
+}
+
+fn get_id(obj: &Map<String, Value>, k: &str) -> Result<String, LeafError> {
+    let s = get_str(obj, k)?;
+    if !is_valid_id(&s) {
+        return Err(LeafError::Envelope(format!("{k} is not a valid id")));
+    }
+    Ok(s)
+}
+
+fn get_opt_id(obj: &Map<String, Value>, k: &str) -> Result<Option<String>, LeafError> {
+    match get(obj, k)? {
+        Value::Null => Ok(None),
+        _ => get_id(obj, k).map(Some),
+    }
+}
+
+fn get_hash(obj: &Map<String, Value>, k: &str) -> Result<Hash, LeafError> {
+    let s = get_str(obj, k)?;
+    parse_hex_hash(&s).ok_or_else(|| LeafError::Envelope(format!("{k} is not 64 lowercase hex")))
+}
+
+/// The type a body field must have.
+#[derive(Clone, Copy)]
+enum F {
+    Str,
+    NonEmpty,
+    OptStr,
+    Ts,
+    OptTs,
+    Bool,
+    Obj,
+    StrList,
+    OptStrOrObj,
+    Hash,
+}
+
+fn body_fields(kind: Kind) -> &'static [(&'static str, F)] {
+    match kind {
+        Kind::Interrupt => &[
+            ("interrupt_id", F::Str),
+            ("tool", F::Str),
+            ("args", F::Obj),
+            ("redacted", F::StrList),
+            ("action_digest", F::Str),
+            ("action_schema", F::Str),
+            ("allowed_decisions", F::StrList),
+            ("expires_at", F::Ts),
+            ("edit_of", F::OptStr),
+        ],
+        Kind::Decision => &[
+            ("decision", F::Str),
+            ("rationale", F::OptStr),
+            ("ticket_id", F::Str),
+            ("expires_at", F::OptTs),
+            ("edited_digest", F::OptStr),
+            ("superseded_by", F::OptStr),
+        ],
+        Kind::Rejection => &[("rationale", F::NonEmpty), ("ticket_id", F::Str)],
+        Kind::FollowUp => &[
+            ("follow_up_id", F::Str),
+            ("follows", F::Hash),
+            ("outcome", F::NonEmpty),
+            ("detail", F::OptStrOrObj),
+            ("operation_id", F::OptStr),
+        ],
+        Kind::Authorization => &[
+            ("ticket_id", F::Str),
+            ("attempt_id", F::OptStr),
+            ("action_digest", F::Str),
+            ("granted", F::Bool),
+            ("code", F::OptStr),
+            ("evaluated_at", F::Ts),
+            ("expires_at", F::OptTs),
+            ("idempotency_key", F::OptStr),
+            ("mode", F::Str),
+            ("would_deny", F::OptStr),
+        ],
+        Kind::Timeout => &[("expires_at", F::Ts)],
+        Kind::Revocation => &[("reason", F::NonEmpty)],
+        Kind::Refusal => &[("method", F::Str), ("path", F::Str), ("error", F::Str)],
+    }
+}
+
+fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
+    let fields = body_fields(kind);
+    for k in body.keys() {
+        if !fields.iter().any(|(n, _)| n == k) {
+            return Err(LeafError::Envelope(format!(
+                "unknown {} body field {k:?}",
+                kind.as_str()
+            )));
+        }
+    }
+    for (name, ty) in fields {
+        let v = body
+            .get(*name)
+            .ok_or_else(|| LeafError::Envelope(format!("{} body lacks {name:?}", kind.as_str())))?;
+        let ok = match ty {
+            F::Str => v.is_string(),
+            F::NonEmpty => v.as_str().is_some_and(|s| !s.trim().is_empty()),
+            F::OptStr => v.is_null() || v.is_string(),
+            F::Ts => v.as_str().is_some_and(|s| Timestamp::parse(s).is_ok()),
+            F::OptTs => v.is_null() || v.as_str().is_some_and(|s| Timestamp::parse(s).is_ok()),
+            F::Bool => v.is_boolean(),
+            F::Obj => v.is_object(),
+            F::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            F::OptStrOrObj => v.is_null() || v.is_string() || v.is_object(),
+            F::Hash => v.as_str().and_then(parse_hex_hash).is_some(),
+        };
+        if !ok {
+            return Err(LeafError::Envelope(format!(
+                "{} body field {name:?} has the wrong type",
+                kind.as_str()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        let mut body = Map::new();
+        body.insert("reason".into(), json!("resolved"));
+        Record {
+            origin: "example.com/log".into(),
+            seq: 3,
+            prev: [7; 32],
+            ts: Timestamp::parse("2026-11-30T20:00:00.123456Z").unwrap(),
+            kind: Kind::Revocation,
+            thread_id: "t-1".into(),
+            run_id: None,
+            checkpoint_ns: String::new(),
+            checkpoint_id: Some("c".into()),
+            request_id: Some("r".into()),
+            thread_seq: 1,
+            thread_prev: [9; 32],
+            actor: Actor {
+                principal: "bot".into(),
+                role: "agent".into(),
+            },
+            body,
+        }
+    }
+
+    #[test]
+    fn leaf_round_trips_and_is_canonical() {
+        let r = sample();
+        let leaf = r.leaf().unwrap();
+        assert_eq!(Record::from_leaf(&leaf).unwrap(), r);
+        let text = String::from_utf8(leaf.clone()).unwrap();
+        assert!(text.starts_with("{\"actor\":{\"principal\":\"bot\",\"role\":\"agent\"},\"body\""));
+        // A non-canonical spelling of the same record is refused.
+        let spaced = text.replacen("{\"actor\"", "{ \"actor\"", 1);
+        assert_eq!(
+            Record::from_leaf(spaced.as_bytes()),
+            Err(LeafError::NotCanonical)
+        );
+    }
+
+    #[test]
+    fn envelope_gaps_are_named() {
+        let mut v = sample().to_value();
+        v.as_object_mut().unwrap().remove("thread_prev");
+        let leaf = jcs::to_vec(&v);
+        assert!(
+            matches!(Record::from_leaf(&leaf), Err(LeafError::Envelope(m)) if m.contains("thread_prev"))
+        );
+        let mut v = sample().to_value();
+        v["body"] = json!({"reason": "  "});
+        assert!(matches!(
+            Record::from_value(&v),
+            Err(LeafError::Envelope(_))
+        ));
+    }
+
+    #[test]
+    fn ids_follow_the_rule() {
+        assert!(is_valid_id("a"));
+        assert!(is_valid_id("thread with spaces ü"));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id("a\u{7f}"));
+        assert!(!is_valid_id("a\u{85}"));
+        assert!(!is_valid_id(&"x".repeat(257)));
+        assert!(is_valid_id(&"x".repeat(256)));
+        assert!(check_client_id("thread_id", "hitl-ledger/refusals").is_err());
+    }
+}

@@ -1,0 +1,616 @@
+//! Append requests (spec section 6 bodies): strict decoding and validation before anything is
+//! written. Every body is parsed by the strict JSON parser first, so duplicate keys, lone
+//! surrogates and integers beyond ±(2^53−1) are `not_canonicalizable` everywhere.
+
+use serde_json::{Map, Value};
+
+use crate::action::{Action, check_request_pointers};
+use crate::error::{Error, ErrorCode, Result};
+use crate::jcs;
+use crate::merkle::Hash;
+use crate::record::{MAX_ID_BYTES, check_client_id, check_id, parse_hex_hash};
+
+/// The largest request body, in bytes (1 MiB).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Parses a request body strictly into a JSON object.
+///
+/// # Errors
+/// `invalid_json` for bytes that are not JSON (or not UTF-8), `not_canonicalizable` for JSON
+/// that could be digested two ways, `invalid_request` when the body is not an object.
+pub fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>> {
+    let v = jcs::parse(
+        bytes,
+        jcs::ParseOptions {
+            reject_unsafe_integers: true,
+        },
+    )
+    .map_err(|e| {
+        let code = if e.is_syntax() {
+            ErrorCode::InvalidJson
+        } else {
+            ErrorCode::NotCanonicalizable
+        };
+        Error::new(code, e.to_string())
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(Error::new(
+            ErrorCode::InvalidRequest,
+            "the body must be a JSON object",
+        )),
+    }
+}
+
+/// A decision value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecisionKind {
+    /// Approve the call as shown.
+    Approve,
+    /// Approve an edited call instead.
+    Edit,
+    /// Reject the call.
+    Reject,
+}
+
+impl DecisionKind {
+    /// `"approve"`, `"edit"` or `"reject"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Approve => "approve",
+            DecisionKind::Edit => "edit",
+            DecisionKind::Reject => "reject",
+        }
+    }
+
+    /// Parses a decision value.
+    pub fn parse(s: &str) -> Option<DecisionKind> {
+        match s {
+            "approve" => Some(DecisionKind::Approve),
+            "edit" => Some(DecisionKind::Edit),
+            "reject" => Some(DecisionKind::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// Field access with the contract's error codes.
+struct Fields {
+    map: Map<String, Value>,
+}
+
+impl Fields {
+    fn new(map: Map<String, Value>, allowed: &[&str]) -> Result<Fields> {
+        if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(Error::new(
+                ErrorCode::UnknownField,
+                format!("unknown field {k:?}; allowed: {}", allowed.join(", ")),
+            ));
+        }
+        Ok(Fields { map })
+    }
+
+    /// An optional field; JSON null counts as absent.
+    fn opt(&self, k: &str) -> Option<&Value> {
+        self.map.get(k).filter(|v| !v.is_null())
+    }
+
+    fn req(&self, k: &str) -> Result<&Value> {
+        self.opt(k)
+            .ok_or_else(|| Error::new(ErrorCode::MissingField, format!("missing field {k:?}")))
+    }
+
+    fn str_of<'a>(&self, k: &str, v: &'a Value) -> Result<&'a str> {
+        v.as_str().ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidRequest,
+                format!("field {k:?} must be a string"),
+            )
+        })
+    }
+
+    fn req_str(&self, k: &str) -> Result<String> {
+        let v = self.req(k)?;
+        Ok(self.str_of(k, v)?.to_string())
+    }
+
+    fn opt_str(&self, k: &str) -> Result<Option<String>> {
+        match self.opt(k) {
+            None => Ok(None),
+            Some(v) => Ok(Some(self.str_of(k, v)?.to_string())),
+        }
+    }
+
+    fn req_id(&self, k: &str) -> Result<String> {
+        let s = self.req_str(k)?;
+        check_id(k, &s)?;
+        Ok(s)
+    }
+
+    fn opt_id(&self, k: &str) -> Result<Option<String>> {
+        let s = self.opt_str(k)?;
+        if let Some(s) = &s {
+            check_id(k, s)?;
+        }
+        Ok(s)
+    }
+
+    fn non_empty(&self, k: &str, s: String) -> Result<String> {
+        if s.trim().is_empty() {
+            return Err(Error::new(
+                ErrorCode::InvalidRequest,
+                format!("field {k:?} must not be empty or only whitespace"),
+            ));
+        }
+        Ok(s)
+    }
+}
+
+/// `POST /v1/interrupts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterruptRequest {
+    /// The approval request id (idempotency key).
+    pub request_id: String,
+    /// The thread.
+    pub thread_id: String,
+    /// The run.
+    pub run_id: Option<String>,
+    /// Checkpoint namespace, `""` by default.
+    pub checkpoint_ns: String,
+    /// The graph checkpoint.
+    pub checkpoint_id: Option<String>,
+    /// LangGraph's interrupt id.
+    pub interrupt_id: String,
+    /// The proposed call, in clear.
+    pub action: Action,
+    /// Pointers the request wants redacted.
+    pub redact: Vec<String>,
+    /// Decisions the reviewer may take, sorted, without duplicates.
+    pub allowed_decisions: Vec<DecisionKind>,
+    /// A shorter review window than policy, seconds.
+    pub review_ttl_seconds: Option<u64>,
+}
+
+impl InterruptRequest {
+    /// Decodes and validates an interrupt body.
+    ///
+    /// # Errors
+    /// The field's code: `unknown_field`, `missing_field`, `invalid_request`,
+    /// `invalid_identifier`, `invalid_action`, `invalid_redaction`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(
+            map,
+            &[
+                "request_id",
+                "thread_id",
+                "run_id",
+                "checkpoint_ns",
+                "checkpoint_id",
+                "interrupt_id",
+                "action",
+                "redact",
+                "allowed_decisions",
+                "review_ttl_seconds",
+            ],
+        )?;
+        let request_id = f.req_str("request_id")?;
+        check_client_id("request_id", &request_id)?;
+        let thread_id = f.req_str("thread_id")?;
+        check_client_id("thread_id", &thread_id)?;
+        let run_id = f.opt_id("run_id")?;
+        let checkpoint_ns = f.opt_str("checkpoint_ns")?.unwrap_or_default();
+        if checkpoint_ns.len() > MAX_ID_BYTES || checkpoint_ns.chars().any(char::is_control) {
+            return Err(Error::new(
+                ErrorCode::InvalidIdentifier,
+                "checkpoint_ns must be at most 256 bytes without control characters",
+            ));
+        }
+        let checkpoint_id = f.opt_id("checkpoint_id")?;
+        let interrupt_id = f.req_id("interrupt_id")?;
+        let action = Action::from_value(f.req("action")?)?;
+        let redact = match f.opt("redact") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|p| {
+                    p.as_str().map(str::to_owned).ok_or_else(|| {
+                        Error::new(
+                            ErrorCode::InvalidRedaction,
+                            "redact must be a list of JSON Pointer strings",
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRedaction,
+                    "redact must be a list of JSON Pointer strings",
+                ));
+            }
+        };
+        check_request_pointers(&redact)?;
+        let allowed_decisions = match f.opt("allowed_decisions") {
+            None => vec![
+                DecisionKind::Approve,
+                DecisionKind::Edit,
+                DecisionKind::Reject,
+            ],
+            Some(Value::Array(items)) => {
+                let mut out = Vec::new();
+                for it in items {
+                    let d = it.as_str().and_then(DecisionKind::parse).ok_or_else(|| {
+                        Error::new(
+                            ErrorCode::InvalidRequest,
+                            "allowed_decisions holds only \"approve\", \"edit\", \"reject\"",
+                        )
+                    })?;
+                    if !out.contains(&d) {
+                        out.push(d);
+                    }
+                }
+                if out.is_empty() {
+                    return Err(Error::new(
+                        ErrorCode::InvalidRequest,
+                        "allowed_decisions must not be empty",
+                    ));
+                }
+                out.sort();
+                out
+            }
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "allowed_decisions must be a list",
+                ));
+            }
+        };
+        let review_ttl_seconds = match f.opt("review_ttl_seconds") {
+            None => None,
+            Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                Error::new(
+                    ErrorCode::InvalidRequest,
+                    "review_ttl_seconds must be a positive integer",
+                )
+            })?),
+        };
+        Ok(InterruptRequest {
+            request_id,
+            thread_id,
+            run_id,
+            checkpoint_ns,
+            checkpoint_id,
+            interrupt_id,
+            action,
+            redact,
+            allowed_decisions,
+            review_ttl_seconds,
+        })
+    }
+}
+
+/// `POST /v1/requests/{id}/decision`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRequest {
+    /// approve, edit or reject.
+    pub decision: DecisionKind,
+    /// Why (required, non-empty, for a rejection).
+    pub rationale: Option<String>,
+    /// The edited call, exactly when `edit`.
+    pub edited_action: Option<Action>,
+}
+
+impl DecisionRequest {
+    /// Decodes and validates a decision body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(map, &["decision", "rationale", "edited_action"])?;
+        let d = f.req_str("decision")?;
+        let decision = DecisionKind::parse(&d).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidRequest,
+                format!("decision {d:?} is not \"approve\", \"edit\" or \"reject\""),
+            )
+        })?;
+        let rationale = f.opt_str("rationale")?;
+        let edited_action = match f.opt("edited_action") {
+            Some(v) => Some(Action::from_value(v)?),
+            None => None,
+        };
+        match decision {
+            DecisionKind::Edit if edited_action.is_none() => {
+                return Err(Error::new(
+                    ErrorCode::MissingField,
+                    "an edit needs \"edited_action\"",
+                ));
+            }
+            DecisionKind::Approve | DecisionKind::Reject if edited_action.is_some() => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "\"edited_action\" is only for an edit",
+                ));
+            }
+            DecisionKind::Reject => {
+                let r = rationale.clone().ok_or_else(|| {
+                    Error::new(ErrorCode::MissingField, "a rejection needs a \"rationale\"")
+                })?;
+                f.non_empty("rationale", r)?;
+            }
+            _ => {}
+        }
+        Ok(DecisionRequest {
+            decision,
+            rationale,
+            edited_action,
+        })
+    }
+}
+
+/// `POST /v1/requests/{id}/authorize`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizeRequest {
+    /// The ticket as presented (format checked at evaluation: `invalid_ticket_id`).
+    pub ticket_id: String,
+    /// The call about to be made, in clear.
+    pub action: Action,
+    /// The executor's attempt id, for retry safety.
+    pub attempt_id: Option<String>,
+    /// The run asking.
+    pub run_id: Option<String>,
+    /// The graph checkpoint asking.
+    pub checkpoint_id: Option<String>,
+}
+
+impl AuthorizeRequest {
+    /// Decodes and validates an authorize body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`,
+    /// `invalid_ticket_id`, `invalid_action`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(
+            map,
+            &[
+                "ticket_id",
+                "action",
+                "attempt_id",
+                "run_id",
+                "checkpoint_id",
+            ],
+        )?;
+        let ticket_id = f.req_str("ticket_id")?;
+        parse_ticket_id(&ticket_id)?;
+        let action = Action::from_value(f.req("action")?)?;
+        Ok(AuthorizeRequest {
+            ticket_id,
+            action,
+            attempt_id: f.opt_id("attempt_id")?,
+            run_id: f.opt_id("run_id")?,
+            checkpoint_id: f.opt_id("checkpoint_id")?,
+        })
+    }
+}
+
+/// `POST /v1/requests/{id}/revoke`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RevokeRequest {
+    /// Why (non-empty).
+    pub reason: String,
+}
+
+impl RevokeRequest {
+    /// Decodes and validates a revoke body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(map, &["reason"])?;
+        let reason = f.req_str("reason")?;
+        Ok(RevokeRequest {
+            reason: f.non_empty("reason", reason)?,
+        })
+    }
+}
+
+/// `POST /v1/requests/{id}/follow-ups`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowUpRequest {
+    /// Idempotency key within the request.
+    pub follow_up_id: String,
+    /// Leaf hash of a record of the same request.
+    pub follows: Hash,
+    /// What happened (non-empty).
+    pub outcome: String,
+    /// Detail: string, object or null.
+    pub detail: Value,
+    /// The target system's id.
+    pub operation_id: Option<String>,
+    /// The run.
+    pub run_id: Option<String>,
+    /// The graph checkpoint.
+    pub checkpoint_id: Option<String>,
+}
+
+impl FollowUpRequest {
+    /// Decodes and validates a follow-up body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(
+            map,
+            &[
+                "follow_up_id",
+                "follows",
+                "outcome",
+                "detail",
+                "operation_id",
+                "run_id",
+                "checkpoint_id",
+            ],
+        )?;
+        let follow_up_id = f.req_id("follow_up_id")?;
+        let follows_s = f.req_str("follows")?;
+        let follows = parse_hex_hash(&follows_s).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidRequest,
+                "follows must be a leaf hash: 64 lowercase hex digits",
+            )
+        })?;
+        let outcome = f.req_str("outcome")?;
+        let outcome = f.non_empty("outcome", outcome)?;
+        let detail = match f.opt("detail") {
+            None => Value::Null,
+            Some(v @ (Value::String(_) | Value::Object(_))) => v.clone(),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "detail must be a string, an object or null",
+                ));
+            }
+        };
+        Ok(FollowUpRequest {
+            follow_up_id,
+            follows,
+            outcome,
+            detail,
+            operation_id: f.opt_id("operation_id")?,
+            run_id: f.opt_id("run_id")?,
+            checkpoint_id: f.opt_id("checkpoint_id")?,
+        })
+    }
+}
+
+/// Checks a ticket id: a lowercase canonical hyphenated UUID of version 7.
+///
+/// # Errors
+/// `invalid_ticket_id` otherwise.
+pub fn parse_ticket_id(s: &str) -> Result<uuid::Uuid> {
+    let bad = || {
+        Error::new(
+            ErrorCode::InvalidTicketId,
+            format!(
+                "ticket id {:?} is not a lowercase canonical UUID v7",
+                s.chars().take(80).collect::<String>()
+            ),
+        )
+    };
+    if s.len() != 36 || s.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(bad());
+    }
+    let u = uuid::Uuid::try_parse(s).map_err(|_| bad())?;
+    if u.hyphenated().to_string() != s || u.get_version_num() != 7 {
+        return Err(bad());
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn body_errors_have_stable_codes() {
+        assert_eq!(parse_body(b"{").unwrap_err().code(), ErrorCode::InvalidJson);
+        assert_eq!(
+            parse_body(b"\xff").unwrap_err().code(),
+            ErrorCode::InvalidJson
+        );
+        assert_eq!(
+            parse_body(br#"{"a":1,"a":2}"#).unwrap_err().code(),
+            ErrorCode::NotCanonicalizable
+        );
+        assert_eq!(
+            parse_body(br#"{"a":9007199254740992}"#).unwrap_err().code(),
+            ErrorCode::NotCanonicalizable
+        );
+        assert_eq!(
+            parse_body(br#"{"a":"\ud800"}"#).unwrap_err().code(),
+            ErrorCode::NotCanonicalizable
+        );
+        assert_eq!(
+            parse_body(b"[]").unwrap_err().code(),
+            ErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn interrupt_fields() {
+        let ok = json!({"request_id": "r", "thread_id": "t", "interrupt_id": "i",
+            "action": {"tool": "refund", "args": {}}, "allowed_decisions": ["reject", "approve", "reject"]});
+        let r = InterruptRequest::from_map(map(ok.clone())).unwrap();
+        assert_eq!(
+            r.allowed_decisions,
+            vec![DecisionKind::Approve, DecisionKind::Reject]
+        );
+        assert_eq!(r.checkpoint_ns, "");
+        let mut extra = ok.clone();
+        extra["reviewer"] = json!("me");
+        assert_eq!(
+            InterruptRequest::from_map(map(extra)).unwrap_err().code(),
+            ErrorCode::UnknownField
+        );
+        let mut missing = ok.clone();
+        missing.as_object_mut().unwrap().remove("interrupt_id");
+        assert_eq!(
+            InterruptRequest::from_map(map(missing)).unwrap_err().code(),
+            ErrorCode::MissingField
+        );
+        let mut reserved = ok.clone();
+        reserved["thread_id"] = json!("hitl-ledger/refusals");
+        assert_eq!(
+            InterruptRequest::from_map(map(reserved))
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidIdentifier
+        );
+        let mut long = ok.clone();
+        long["run_id"] = json!("x".repeat(257));
+        assert_eq!(
+            InterruptRequest::from_map(map(long)).unwrap_err().code(),
+            ErrorCode::InvalidIdentifier
+        );
+        let mut ctl = ok.clone();
+        ctl["interrupt_id"] = json!("a\u{0007}");
+        assert_eq!(
+            InterruptRequest::from_map(map(ctl)).unwrap_err().code(),
+            ErrorCode::InvalidIdentifier
+        );
+        let mut ttl = ok;
+        ttl["review_ttl_seconds"] = json!(0);
+        assert_eq!(
+            InterruptRequest::from_map(map(ttl)).unwrap_err().code(),
+            ErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn decisions_need_their_fields() {
+        let e = DecisionRequest::from_map(map(json!({"decision": "maybe"}))).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRequest);
+        let e = DecisionRequest::from_map(map(json!({"decision": "reject"}))).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::MissingField);
+        let e = DecisionRequest::from_map(map(json!({"decision": "reject", "rationale": "  "})))
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRequest);
+        let e = DecisionRequest::from_map(map(json!({"decision": "edit"}))).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::MissingField);
+        assert!(DecisionRequest::from_map(map(json!({"decision": "approve"}))).is_ok());
+    }
+
+    #[test]
+    fn ticket_ids_are_lowercase_v7() {
+        let t = uuid::Uuid::now_v7().to_string();
+        assert!(parse_ticket_id(&t).is_ok());
+        assert!(parse_ticket_id(&t.to_uppercase()).is_err());
+        assert!(parse_ticket_id(&uuid::Uuid::nil().to_string()).is_err());
+        assert!(parse_ticket_id("not-a-ticket").is_err());
+        assert!(parse_ticket_id(&t.replace('-', "")).is_err());
+    }
+}

@@ -1,0 +1,552 @@
+"""Agreement of the two bundle verifiers on bundles exported by the real binary.
+
+The Rust binary (``$HITL_LEDGER_BIN``, default ``~/.cache/hitl-ledger/target/debug/hitl-ledger``)
+builds ledgers in temporary directories: several threads with interrupts, approvals, a
+rejection, an edit, granted and denied authorizations, follow-ups and a revocation, appended
+over several `append` runs and batches, so the log has several batches and checkpoints. It
+exports thread bundles; the tests then mutate them as the issue lists (truncated, a record
+removed, reordered, edited, taken from another thread or another log, a proof for the wrong
+index, a checkpoint signed by another key, a thread head older than the records, malformed
+JSON, an unknown format, a wrong key string) and check, for the good bundles and for each
+mutation, that
+
+* `hitl-ledger verify-export FILE --key KEY --format json` and the independent Python
+  verifier (`verify_bundle.verify_bundle_bytes`) agree on the exit status, `problem.code`
+  and `problem.seq` (where both give one), and
+* each mutation gets the problem code (and seq) it should per spec sections 5 and 7.
+
+The module is skipped when the binary does not exist.
+
+Run: python -m pytest tests/interop (needs `cryptography`, `rfc8785`, `pytest`).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import verify_bundle as vb  # noqa: E402
+
+BIN = Path(
+    os.environ.get("HITL_LEDGER_BIN")
+    or Path.home() / ".cache" / "hitl-ledger" / "target" / "debug" / "hitl-ledger"
+)
+
+if not BIN.is_file():
+    pytest.skip("hitl-ledger binary not found at %s (set HITL_LEDGER_BIN)" % BIN, allow_module_level=True)
+
+ORIGIN = "interop.example/agreement"
+OTHER_ORIGIN = "interop.example/other"
+TIMEOUT = 60
+
+
+# ---------------------------------------------------------------------------
+# Running the binary
+
+
+def run(*args: str, data: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    argv = [str(BIN)]
+    if data is not None:
+        argv += ["--data", str(data)]
+    argv += list(args)
+    env = dict(os.environ)
+    env.pop("HITL_LEDGER_DATA", None)
+    p = subprocess.run(argv, capture_output=True, timeout=TIMEOUT, env=env)
+    if check and p.returncode != 0:
+        raise AssertionError(
+            "%s exited %d\nstdout: %s\nstderr: %s"
+            % (argv, p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+        )
+    return p
+
+
+class Ledger:
+    """One ledger directory driven through the command line."""
+
+    def __init__(self, base: Path, name: str, origin: str):
+        self.origin = origin
+        self.work = base / (name + "-work")
+        self.work.mkdir(parents=True)
+        self._n = 0
+        self.dir = base / name
+        run("init", "--origin", origin, data=self.dir)
+        self.key = (self.dir / "verifier.key").read_text("utf-8").strip()
+        vb.parse_verifier_key(self.key)  # a well-formed key, or the test setup is wrong
+
+    def append(self, lines: list[dict], batch: int | None = None) -> list[dict]:
+        self._n += 1
+        f = self.work / ("append-%d.jsonl" % self._n)
+        f.write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
+        args = ["append", str(f)]
+        if batch is not None:
+            args += ["--batch", str(batch)]
+        p = run(*args, data=self.dir)
+        answers = [json.loads(x) for x in p.stdout.decode("utf-8").splitlines() if x.strip()]
+        assert len(answers) == len(lines), answers
+        for line, a in zip(lines, answers):
+            assert "error" not in a, (line, a)
+            assert a["duplicate"] is False, (line, a)
+        return answers
+
+    def export(self, thread: str, name: str | None = None) -> bytes:
+        self._n += 1
+        out = self.work / ("%s-%d.json" % (name or "export", self._n))
+        run("export", "--thread", thread, "--out", str(out), data=self.dir)
+        return out.read_bytes()
+
+
+def refund(cents: int) -> dict:
+    return {"tool": "refund", "args": {"amount_cents": cents, "currency": "EUR"}}
+
+
+def wire(account: str, cents: int) -> dict:
+    return {"tool": "wire_transfer", "args": {"account": account, "amount_cents": cents}}
+
+
+def populate(led: Ledger) -> dict:
+    """The same scenario in any ledger: threads t1, t2, t3 over four appends."""
+    info: dict = {}
+    # 1. interrupts in three threads (batches of 2 lines)
+    a = led.append(
+        [
+            {"kind": "interrupt", "request_id": "r1", "thread_id": "t1", "run_id": "run-1",
+             "checkpoint_id": "cp-1", "interrupt_id": "i1", "action": refund(500)},
+            {"kind": "interrupt", "request_id": "r2", "thread_id": "t1", "run_id": "run-1",
+             "interrupt_id": "i2", "action": refund(99999)},
+            {"kind": "interrupt", "request_id": "r3", "thread_id": "t2", "interrupt_id": "i3",
+             "action": wire("DE02120300000000202051", 12000)},
+            {"kind": "interrupt", "request_id": "r4", "thread_id": "t2", "interrupt_id": "i4",
+             "action": refund(700), "allowed_decisions": ["approve", "reject"]},
+            {"kind": "interrupt", "request_id": "r5", "thread_id": "t3", "interrupt_id": "i5",
+             "checkpoint_ns": "sub:graph", "action": refund(42), "review_ttl_seconds": 1800},
+        ],
+        batch=2,
+    )
+    # 2. decisions: approvals, a rejection, an edit
+    edited = wire("DE02120300000000202051", 10000)
+    d = led.append(
+        [
+            {"kind": "decision", "request_id": "r1", "decision": "approve", "rationale": "within policy"},
+            {"kind": "decision", "request_id": "r2", "decision": "reject", "rationale": "amount too large"},
+            {"kind": "decision", "request_id": "r3", "decision": "edit", "rationale": "lower amount",
+             "edited_action": edited},
+            {"kind": "decision", "request_id": "r4", "decision": "approve"},
+            {"kind": "decision", "request_id": "r5", "decision": "approve"},
+        ]
+    )
+    tickets = {r: x["ticket_id"] for r, x in zip(("r1", "r2", "r3", "r4", "r5"), d)}
+    new_request = d[2]["new_request_id"]
+    # 3. authorizations granted and denied, a revocation
+    z = led.append(
+        [
+            {"kind": "authorize", "request_id": "r1", "ticket_id": tickets["r1"], "action": refund(500),
+             "attempt_id": "att-1"},
+            {"kind": "authorize", "request_id": "r2", "ticket_id": tickets["r2"], "action": refund(99999)},
+            {"kind": "authorize", "request_id": new_request, "ticket_id": tickets["r3"], "action": edited},
+            {"kind": "authorize", "request_id": "r4", "ticket_id": tickets["r4"], "action": refund(701)},
+            {"kind": "revoke", "request_id": "r5", "reason": "customer cancelled"},
+        ],
+        batch=3,
+    )
+    assert [x["granted"] for x in (z[0], z[1], z[2], z[3])] == [True, False, True, False], z
+    assert z[1]["code"] == "approval_rejected" and z[3]["code"] == "approval_action_mismatch", z
+    # 4. follow-ups on the granted calls, and a denied authorization after the revocation
+    led.append(
+        [
+            {"kind": "follow_up", "request_id": "r1", "follow_up_id": "f1", "follows": z[0]["leaf_hash"],
+             "outcome": "executed", "detail": {"refund_id": "re_1"}, "operation_id": "op-1"},
+            {"kind": "follow_up", "request_id": new_request, "follow_up_id": "f2",
+             "follows": z[2]["leaf_hash"], "outcome": "executed", "detail": "wired"},
+            {"kind": "authorize", "request_id": "r5", "ticket_id": tickets["r5"], "action": refund(42)},
+        ]
+    )
+    info["new_request"] = new_request
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Regression: `init` writes `PRIVATE+KEY+<name>+<key id>+<base64>`, and base64 may contain
+# '+'. A reader that split from the right could not read such a key back, so about half of
+# all fresh ledgers refused every later command ("signing key file: key is not base64").
+# Names cannot contain '+' (spec section 2), so the key is everything after the fourth '+'.
+
+
+def test_fresh_ledgers_open_whatever_their_key(tmp_path):
+    tried = 0
+    for i in range(40):
+        d = tmp_path / ("k%d" % i)
+        run("init", "--origin", ORIGIN, data=d)
+        material = (d / "signing.key").read_text("utf-8").strip().split("+", 4)[4]
+        if "+" not in material:
+            continue
+        tried += 1
+        p = run("checkpoint", data=d, check=False)
+        assert p.returncode == 0, (
+            "a ledger whose signing key's base64 contains '+' cannot be opened after init: %s"
+            % p.stderr.decode("utf-8", "replace").strip()
+        )
+        if tried >= 2:
+            break
+    assert tried, "no key with a '+' in 40 inits (probability about 1e-12)"
+
+
+# ---------------------------------------------------------------------------
+# Fixtures: the ledgers and their bundles
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("agreement")
+    a = Ledger(base, "a", ORIGIN)
+    populate(a)
+    bundles = {t: a.export(t, t) for t in ("t1", "t2", "t3")}
+
+    # b: the same origin with another key, the same scenario (same seqs, other leaves)
+    b = Ledger(base, "b", ORIGIN)
+    populate(b)
+    b_bundles = {"t1": b.export("t1", "b-t1")}
+
+    # c: another origin
+    c = Ledger(base, "c", OTHER_ORIGIN)
+    c.append([{"kind": "interrupt", "request_id": "c1", "thread_id": "t1", "interrupt_id": "i",
+               "action": refund(1)}])
+    c_bundles = {"t1": c.export("t1", "c-t1")}
+
+    # a thread head older than the records: more records in t1 after its first export
+    old_t1 = bundles["t1"]
+    a.append(
+        [
+            {"kind": "interrupt", "request_id": "r6", "thread_id": "t1", "interrupt_id": "i6",
+             "action": refund(60)},
+            {"kind": "decision", "request_id": "r6", "decision": "approve"},
+        ]
+    )
+    new_t1 = a.export("t1", "t1-new")
+    return {"a": a, "b": b, "c": c, "bundles": bundles, "b_bundles": b_bundles, "c_bundles": c_bundles,
+            "old_t1": old_t1, "new_t1": new_t1, "dir": base}
+
+
+# ---------------------------------------------------------------------------
+# Running both verifiers
+
+
+def rust_verify(data: bytes, key: str, tmp: Path, name: str) -> tuple[int, dict, str]:
+    f = tmp / ("%s.bundle.json" % name)
+    f.write_bytes(data)
+    p = run("verify-export", str(f), "--key", key, "--format", "json", check=False)
+    out = p.stdout.decode("utf-8", "replace")
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        raise AssertionError(
+            "verify-export --format json did not print JSON for %s (exit %d)\nstdout: %r\nstderr: %r"
+            % (name, p.returncode, out, p.stderr.decode("utf-8", "replace"))
+        ) from None
+    return p.returncode, doc, p.stderr.decode("utf-8", "replace")
+
+
+def both(data: bytes, key: str, tmp: Path, name: str) -> tuple[int, dict, dict]:
+    """Runs both verifiers, asserts they agree, returns (exit status, rust, python)."""
+    r_code, r, r_err = rust_verify(data, key, tmp, name)
+    py = vb.verify_bundle_bytes(data, key)
+    p_code = vb.exit_status(py)
+    detail = "%s:\n  rust (exit %d): %s%s\n  python (exit %d): %s" % (
+        name, r_code, json.dumps(r), (" stderr: %r" % r_err) if r_err else "", p_code, json.dumps(py))
+    assert r_code == p_code, "exit status differs; " + detail
+    assert r["ok"] == py["ok"], "ok differs; " + detail
+    assert set(r) == {"ok", "records", "decisions", "rejections", "first_ts", "last_ts", "problem"}, detail
+    rp, pp = r["problem"], py["problem"]
+    assert (rp is None) == (pp is None), "problem presence differs; " + detail
+    if rp is not None:
+        assert rp["code"] == pp["code"], "problem.code differs; " + detail
+        if rp.get("seq") is not None and pp.get("seq") is not None:
+            assert rp["seq"] == pp["seq"], "problem.seq differs; " + detail
+        assert isinstance(rp.get("message"), str) and rp["message"], "rust gives no message; " + detail
+    return r_code, r, py
+
+
+def expect(data: bytes, key: str, tmp: Path, name: str, status: int, code: str | set | None,
+           seq: int | None | str = "any") -> tuple[dict, dict]:
+    """Both agree, and the result is the expected one (seq "any": not checked)."""
+    got, r, py = both(data, key, tmp, name)
+    detail = "%s: rust %s / python %s" % (name, json.dumps(r), json.dumps(py))
+    rp = r["problem"] or {}
+    print("%-28s exit %d  %-22s seq rust %-5s python %s" % (
+        name, got, rp.get("code"), rp.get("seq"), (py["problem"] or {}).get("seq")))
+    assert got == status, detail
+    if code is None:
+        assert r["problem"] is None, detail
+        return r, py
+    codes = {code} if isinstance(code, str) else code
+    assert r["problem"]["code"] in codes, detail
+    # the text output names what is wrong too, with the same exit status
+    f = tmp / ("%s.bundle.json" % name)
+    t = run("verify-export", str(f), "--key", key, check=False)
+    text = (t.stdout + t.stderr).decode("utf-8", "replace")
+    assert t.returncode == status, "%s: text mode exits %d: %r" % (name, t.returncode, text)
+    assert r["problem"]["code"] in text and r["problem"]["message"] in text, "%s: text mode says %r" % (name, text)
+    if seq != "any":
+        assert r["problem"]["seq"] == seq, "rust seq; " + detail
+        assert py["problem"]["seq"] == seq, "python seq; " + detail
+    return r, py
+
+
+def load(data: bytes) -> dict:
+    return json.loads(data)
+
+
+def dump(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def leaf_record(entry: dict) -> dict:
+    return json.loads(base64.b64decode(entry["leaf"]))
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return tmp_path
+
+
+# ---------------------------------------------------------------------------
+# Good bundles
+
+
+def test_good_bundles_agree_and_verify(world, tmp):
+    a = world["a"]
+    cases = dict(world["bundles"])
+    cases["t1-old"] = world["old_t1"]
+    cases["t1-new"] = world["new_t1"]
+    kinds_seen = set()
+    for name, data in cases.items():
+        r, py = expect(data, a.key, tmp, name, 0, None)
+        doc = load(data)
+        # on success the summary is exact; both must give the same one
+        for f in ("records", "decisions", "rejections", "first_ts", "last_ts"):
+            assert r[f] == py[f], "%s: summary field %s differs: rust %r, python %r" % (name, f, r[f], py[f])
+        assert r["records"] == len(doc["records"])
+        recs = [leaf_record(e) for e in doc["records"]]
+        kinds_seen |= {x["kind"] for x in recs}
+        assert r["first_ts"] == recs[0]["ts"] and r["last_ts"] == recs[-1]["ts"]
+    for name, data in list(world["b_bundles"].items()):
+        expect(data, world["b"].key, tmp, "b-" + name, 0, None)
+    for name, data in list(world["c_bundles"].items()):
+        expect(data, world["c"].key, tmp, "c-" + name, 0, None)
+    # the scenario covers every kind the command line can write
+    assert {"interrupt", "decision", "rejection", "authorization", "follow_up", "revocation"} <= kinds_seen
+
+
+def test_scenario_has_several_batches_and_checkpoints(world):
+    t1 = load(world["bundles"]["t1"])
+    new = load(world["new_t1"])
+    cp_old = vb.parse_checkpoint_body(vb.open_signed_note(t1["checkpoint"], [vb.parse_verifier_key(world["a"].key)])[0], ORIGIN)
+    cp_new = vb.parse_checkpoint_body(vb.open_signed_note(new["checkpoint"], [vb.parse_verifier_key(world["a"].key)])[0], ORIGIN)
+    assert cp_new.size > cp_old.size >= 15
+    recs = [leaf_record(e) for e in t1["records"]]
+    assert len({r["ts"] for r in recs}) >= 3, "records of t1 come from several atomic writes"
+    assert len(t1["records"]) >= 6 and len(load(world["bundles"]["t2"])["records"]) >= 6
+
+
+# ---------------------------------------------------------------------------
+# Mutations that exit 2
+
+
+def test_truncated_file(world, tmp):
+    data = world["bundles"]["t1"]
+    for cut in (len(data) // 2, len(data) - 3, 1):
+        expect(data[:cut], world["a"].key, tmp, "truncated-%d" % cut, 2, "bad_input", None)
+
+
+def test_malformed_json(world, tmp):
+    data = world["bundles"]["t1"]
+    body = data.rstrip()
+    assert body.endswith(b"}")
+    expect(body[:-1] + b",}", world["a"].key, tmp, "trailing-comma", 2, "bad_input", None)
+    expect(b"{not json}", world["a"].key, tmp, "not-json", 2, "bad_input", None)
+    expect(b"", world["a"].key, tmp, "empty", 2, "bad_input", None)
+    expect(b"[]", world["a"].key, tmp, "array", 2, "bad_input", None)
+
+
+def test_unknown_format_version(world, tmp):
+    doc = load(world["bundles"]["t1"])
+    doc["format"] = "hitl-ledger/export/v2"
+    expect(dump(doc), world["a"].key, tmp, "format-v2", 2, "bad_input", None)
+
+
+def test_wrong_key_string(world, tmp):
+    data = world["bundles"]["t1"]
+    key = world["a"].key
+    for i, bad in enumerate(("not+a+key", "", key + "x", key.replace("+", "-", 1))):
+        expect(data, bad, tmp, "bad-key-%d" % i, 2, "bad_input", None)
+
+
+# ---------------------------------------------------------------------------
+# Mutations that exit 1
+
+
+def test_last_record_removed(world, tmp):
+    doc = load(world["bundles"]["t1"])
+    doc["records"].pop()
+    expect(dump(doc), world["a"].key, tmp, "last-removed", 1, "thread_head_mismatch", None)
+
+
+def test_middle_record_removed(world, tmp):
+    doc = load(world["bundles"]["t1"])
+    i = len(doc["records"]) // 2
+    nxt = doc["records"][i + 1]["seq"]
+    del doc["records"][i]
+    expect(dump(doc), world["a"].key, tmp, "middle-removed", 1, "thread_gap", nxt)
+
+
+def test_first_record_removed(world, tmp):
+    doc = load(world["bundles"]["t2"])
+    nxt = doc["records"][1]["seq"]
+    del doc["records"][0]
+    expect(dump(doc), world["a"].key, tmp, "first-removed", 1, "thread_gap", nxt)
+
+
+def test_two_records_swapped(world, tmp):
+    doc = load(world["bundles"]["t1"])
+    recs = doc["records"]
+    i = 1
+    recs[i], recs[i + 1] = recs[i + 1], recs[i]
+    # at position i sits the record with thread_seq i+1 (its seq is still above records[i-1]'s)
+    expect(dump(doc), world["a"].key, tmp, "swapped", 1, "thread_gap", recs[i]["seq"])
+    # swapping the last two: same
+    doc = load(world["bundles"]["t2"])
+    recs = doc["records"]
+    recs[-2], recs[-1] = recs[-1], recs[-2]
+    expect(dump(doc), world["a"].key, tmp, "swapped-last", 1, "thread_gap", recs[-2]["seq"])
+
+
+def _edit_leaf(entry: dict, old: bytes, new: bytes) -> None:
+    leaf = base64.b64decode(entry["leaf"])
+    assert leaf.count(old) >= 1, (old, leaf)
+    edited = leaf.replace(old, new, 1)
+    # still the canonical form of the edited record: only content changed
+    import rfc8785
+
+    assert rfc8785.dumps(json.loads(edited)) == edited
+    entry["leaf"] = base64.b64encode(edited).decode("ascii")
+
+
+def test_leaf_edited(world, tmp):
+    key = world["a"].key
+    # the rejection's rationale
+    doc = load(world["bundles"]["t1"])
+    i = next(k for k, e in enumerate(doc["records"]) if leaf_record(e)["kind"] == "rejection")
+    _edit_leaf(doc["records"][i], b'"amount too large"', b'"amount too largE"')
+    expect(dump(doc), key, tmp, "edited-rationale", 1, "inclusion_proof", doc["records"][i]["seq"])
+    # an authorization's granted flag cannot be flipped by editing a string, so: the tool name
+    doc = load(world["bundles"]["t1"])
+    _edit_leaf(doc["records"][0], b'"tool":"refund"', b'"tool":"refunc"')
+    expect(dump(doc), key, tmp, "edited-tool", 1, "inclusion_proof", doc["records"][0]["seq"])
+    # the last record of a thread
+    doc = load(world["bundles"]["t3"])
+    last = doc["records"][-1]
+    rec = leaf_record(last)
+    s = rec["actor"]["principal"].encode("utf-8")
+    _edit_leaf(last, b'"principal":"' + s + b'"', b'"principal":"' + s[:-1] + (b"X" if s[-1:] != b"X" else b"Y") + b'"')
+    expect(dump(doc), key, tmp, "edited-last", 1, "inclusion_proof", last["seq"])
+
+
+def test_record_from_another_thread(world, tmp):
+    t1 = load(world["bundles"]["t1"])
+    t2 = load(world["bundles"]["t2"])
+    # the same export moment: the same checkpoint, so t2's proofs hold against it
+    assert t1["checkpoint"] == t2["checkpoint"]
+    # position 0: any record of t2 will do
+    doc = copy.deepcopy(t1)
+    doc["records"][0] = copy.deepcopy(t2["records"][0])
+    expect(dump(doc), world["a"].key, tmp, "other-thread-first", 1, "record_thread", t2["records"][0]["seq"])
+    # a middle position: a t2 record whose seq lies after the previous t1 record's
+    doc = copy.deepcopy(t1)
+    i = 2
+    prev_seq = doc["records"][i - 1]["seq"]
+    cand = next(e for e in t2["records"] if e["seq"] > prev_seq)
+    doc["records"][i] = copy.deepcopy(cand)
+    expect(dump(doc), world["a"].key, tmp, "other-thread-middle", 1, "record_thread", cand["seq"])
+
+
+def test_bundle_from_another_ledger_and_origin(world, tmp):
+    # another origin, checked with the first ledger's key
+    expect(world["c_bundles"]["t1"], world["a"].key, tmp, "other-origin", 1, "verifier_key_mismatch", None)
+    # the same origin, another key
+    expect(world["b_bundles"]["t1"], world["a"].key, tmp, "other-key", 1, "verifier_key_mismatch", None)
+
+
+def test_record_from_another_log_spliced_in(world, tmp):
+    a_doc = load(world["bundles"]["t1"])
+    b_doc = load(world["b_bundles"]["t1"])
+    assert a_doc["origin"] == b_doc["origin"]
+    i = 2
+    ea, eb = a_doc["records"][i], b_doc["records"][i]
+    ra, rb = leaf_record(ea), leaf_record(eb)
+    # the same scenario: the same seq, thread and thread_seq, but other bytes
+    assert (ea["seq"], ra["thread_id"], ra["thread_seq"]) == (eb["seq"], rb["thread_id"], rb["thread_seq"])
+    assert ea["leaf"] != eb["leaf"]
+    a_doc["records"][i] = eb
+    expect(dump(a_doc), world["a"].key, tmp, "spliced-other-log", 1, "inclusion_proof", ea["seq"])
+    # the first record too
+    a_doc = load(world["bundles"]["t1"])
+    a_doc["records"][0] = b_doc["records"][0]
+    expect(dump(a_doc), world["a"].key, tmp, "spliced-other-log-first", 1, "inclusion_proof",
+           b_doc["records"][0]["seq"])
+
+
+def test_proof_for_the_wrong_index(world, tmp):
+    doc = load(world["bundles"]["t2"])
+    recs = doc["records"]
+    i, j = 1, 3
+    assert recs[i]["inclusion_proof"] != recs[j]["inclusion_proof"]
+    recs[i]["inclusion_proof"], recs[j]["inclusion_proof"] = recs[j]["inclusion_proof"], recs[i]["inclusion_proof"]
+    expect(dump(doc), world["a"].key, tmp, "proofs-swapped", 1, "inclusion_proof", recs[i]["seq"])
+    # a proof one hash short
+    doc = load(world["bundles"]["t2"])
+    e = doc["records"][-1]
+    e["inclusion_proof"] = e["inclusion_proof"][:-1]
+    expect(dump(doc), world["a"].key, tmp, "proof-shortened", 1, "inclusion_proof", e["seq"])
+
+
+def test_checkpoint_signed_by_another_key(world, tmp):
+    doc = load(world["bundles"]["t1"])
+    other = load(world["b_bundles"]["t1"])
+    assert other["origin"] == doc["origin"] and other["verifier_key"] != doc["verifier_key"]
+    doc["checkpoint"] = other["checkpoint"]
+    expect(dump(doc), world["a"].key, tmp, "checkpoint-other-key", 1, "checkpoint_signature", None)
+    # and the thread head
+    doc = load(world["bundles"]["t1"])
+    doc["thread_head"] = other["thread_head"]
+    expect(dump(doc), world["a"].key, tmp, "thread-head-other-key", 1, "thread_head_signature", None)
+
+
+def test_thread_head_older_than_the_records(world, tmp):
+    old = load(world["old_t1"])
+    new = load(world["new_t1"])
+    assert len(new["records"]) > len(old["records"])
+    new["thread_head"] = old["thread_head"]
+    expect(dump(new), world["a"].key, tmp, "old-thread-head", 1, "thread_head_mismatch", None)
+    # the old thread head and the old checkpoint, with the newer records
+    new = load(world["new_t1"])
+    new["thread_head"] = old["thread_head"]
+    new["checkpoint"] = old["checkpoint"]
+    # (the proofs were made for the newer, larger tree)
+    expect(dump(new), world["a"].key, tmp, "old-head-and-checkpoint", 1, "inclusion_proof", new["records"][0]["seq"])
+    # the new checkpoint and thread head over the old records (proofs for the older tree)
+    old["thread_head"] = load(world["new_t1"])["thread_head"]
+    old["checkpoint"] = load(world["new_t1"])["checkpoint"]
+    expect(dump(old), world["a"].key, tmp, "new-head-old-records", 1, "inclusion_proof", old["records"][0]["seq"])
+    # the new bundle with its newest records dropped: its thread head names more records
+    new = load(world["new_t1"])
+    del new["records"][len(old["records"]):]
+    expect(dump(new), world["a"].key, tmp, "new-records-dropped", 1, "thread_head_mismatch", None)

@@ -1,0 +1,829 @@
+#!/usr/bin/env python3
+"""Independent offline verifier for hitl-ledger export bundles (format v1).
+
+This is a second implementation of `hitl-ledger verify-export`, written from the
+contract (shared/spec/ledger-v1.md sections 1, 2, 5 and 7) only, so that the Rust
+verifier can be checked against code that shares none of its logic.
+
+Dependencies: Python 3.11, `cryptography` (Ed25519) and `rfc8785` (JCS).
+
+Command line::
+
+    python3 verify_bundle.py BUNDLE_FILE --key VERIFIER_KEY [--json]
+
+BUNDLE_FILE may be `-` for standard input. Exit status: 0 the bundle verifies,
+1 content fails a check, 2 bad usage, unreadable file, wrong JSON structure,
+unknown `format` or an invalid `--key` (problem code `bad_input`).
+
+In-process use::
+
+    result = verify_bundle_bytes(data, key)   # never raises; returns the --json dict
+    status = exit_status(result)              # 0, 1 or 2, as the command line exits
+
+`result` is ``{"ok", "records", "decisions", "rejections", "first_ts", "last_ts",
+"problem"}`` with ``problem`` None or ``{"code", "message", "seq"}``. The exit status
+is a function of the result alone: 0 when ``ok``, 2 when the problem code is
+``bad_input``, else 1.
+
+The summary fields are exact when ``ok`` is true. When a check fails they are
+best effort: ``records`` is the number of entries in the bundle (0 when its
+structure is wrong), and ``decisions``, ``rejections``, ``first_ts`` and ``last_ts``
+come from the entries whose leaf decodes to a JSON object.
+
+Judgement calls (the contract leaves them open; see the report next to this file's
+tests for the list): base64 must be canonical (standard alphabet, padding, zero pad
+bits); hex must be lowercase; duplicate keys anywhere in the bundle JSON are
+`bad_input`; in a leaf, text that is syntactically JSON but has no canonical form
+(duplicate keys, lone surrogates, numbers out of range) is `leaf_not_canonical`, while
+bad base64, bad UTF-8, JSON syntax errors (including NaN/Infinity) and non-objects
+are `leaf_encoding`. Every trusted signature line on a note must verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import json
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime
+
+try:
+    import rfc8785
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+except ImportError as _e:  # pragma: no cover - environment problem, not input
+    if __name__ == "__main__":
+        sys.stderr.write("verify_bundle.py needs the packages 'cryptography' and 'rfc8785': %s\n" % _e)
+        sys.exit(2)
+    raise
+
+FORMAT = "hitl-ledger/export/v1"
+ZERO_HASH_HEX = "0" * 64
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_U64 = 2**64 - 1
+KINDS = frozenset(
+    {
+        "interrupt",
+        "decision",
+        "rejection",
+        "follow_up",
+        "authorization",
+        "timeout",
+        "revocation",
+        "refusal",
+    }
+)
+THREAD_HEAD_MAGIC = "hitl-ledger thread-head v1"
+
+_DECIMAL_RE = re.compile(r"0|[1-9][0-9]*")
+_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_KEYID_RE = re.compile(r"[0-9a-f]{8}")
+_TS_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{6})Z")
+
+
+# ---------------------------------------------------------------------------
+# Small encodings
+
+
+def b64decode_strict(s: str) -> bytes:
+    """Standard base64 with padding (RFC 4648 section 4), canonical form only.
+
+    Raises ValueError on anything else (wrong alphabet, missing padding,
+    whitespace, non-zero pad bits)."""
+    if not isinstance(s, str) or not s.isascii():
+        raise ValueError("not base64")
+    try:
+        out = base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError("not base64") from e
+    if base64.b64encode(out).decode("ascii") != s:
+        raise ValueError("not canonical base64")
+    return out
+
+
+def parse_decimal(s: str, limit: int = MAX_U64) -> int:
+    """A non-negative ASCII decimal without sign or leading zeros, at most `limit`."""
+    if not isinstance(s, str) or not _DECIMAL_RE.fullmatch(s):
+        raise ValueError("not a decimal without leading zeros")
+    n = int(s)
+    if n > limit:
+        raise ValueError("number too large")
+    return n
+
+
+def is_hex64(s: object) -> bool:
+    return isinstance(s, str) and _HEX64_RE.fullmatch(s) is not None
+
+
+# ---------------------------------------------------------------------------
+# Merkle tree (RFC 6962 / RFC 9162)
+
+
+def leaf_hash(leaf: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + leaf).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def root_from_inclusion_proof(index: int, size: int, leaf_h: bytes, proof: list[bytes]) -> bytes:
+    """RFC 9162 section 2.1.3.2: the root implied by an inclusion proof.
+
+    Raises ValueError when the proof cannot be one for (index, size)."""
+    if not (0 <= index < size):
+        raise ValueError("leaf index not below tree size")
+    if len(leaf_h) != 32 or any(len(p) != 32 for p in proof):
+        raise ValueError("hashes must be 32 bytes")
+    fn = index
+    sn = size - 1
+    r = leaf_h
+    for p in proof:
+        if sn == 0:
+            raise ValueError("proof too long")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            if not fn & 1:
+                while not (fn & 1 or fn == 0):
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise ValueError("proof too short")
+    return r
+
+
+def verify_inclusion(index: int, size: int, leaf_h: bytes, proof: list[bytes], root: bytes) -> bool:
+    try:
+        return root_from_inclusion_proof(index, size, leaf_h, proof) == root
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Signed notes (C2SP signed-note, Ed25519)
+
+
+def key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode("utf-8") + b"\x0a\x01" + public_key).digest()[:4]
+
+
+def is_valid_key_name(name: str) -> bool:
+    """Non-empty UTF-8, no Unicode space, no '+', no control character."""
+    if not isinstance(name, str) or name == "" or "+" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    for ch in name:
+        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Zs", "Zl", "Zp"):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    name: str
+    key_id: bytes
+    public_key: bytes
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+            return True
+        except (InvalidSignature, ValueError, TypeError):
+            return False
+
+
+def parse_verifier_key(vkey: str) -> VerifierKey:
+    """`<name>+<8 lowercase hex key id>+<base64(0x01 || 32-byte Ed25519 key)>`.
+
+    Raises ValueError when the string is not a valid Ed25519 verifier key."""
+    if not isinstance(vkey, str):
+        raise ValueError("verifier key is not a string")
+    parts = vkey.split("+", 2)
+    if len(parts) != 3:
+        raise ValueError("verifier key needs three '+'-separated parts")
+    name, id_hex, key_b64 = parts
+    if not is_valid_key_name(name):
+        raise ValueError("invalid key name")
+    if not _KEYID_RE.fullmatch(id_hex):
+        raise ValueError("key id must be 8 lowercase hex digits")
+    material = b64decode_strict(key_b64)
+    if len(material) != 33 or material[0] != 0x01:
+        raise ValueError("key material must be 0x01 followed by a 32-byte Ed25519 key")
+    pub = material[1:]
+    if key_id(name, pub) != bytes.fromhex(id_hex):
+        raise ValueError("key id does not match the key")
+    try:
+        Ed25519PublicKey.from_public_bytes(pub)
+    except ValueError as e:
+        raise ValueError("not an Ed25519 public key") from e
+    return VerifierKey(name, bytes.fromhex(id_hex), pub)
+
+
+class NoteError(Exception):
+    """Opening a signed note failed; `reason` is `malformed`, `invalid_signature`
+    or `no_verified_signature` (the reasons of signed_note.json)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+_EM_DASH_PREFIX = "\u2014 "
+
+
+def _is_forbidden_note_char(ch: str) -> bool:
+    o = ord(ch)
+    return (o < 0x20 and ch != "\n") or o == 0x7F or 0xD800 <= o <= 0xDFFF
+
+
+def open_signed_note(note: bytes | str, trusted: list[VerifierKey]) -> tuple[str, list[str]]:
+    """Open a C2SP signed note against trusted keys.
+
+    Returns (text, names of the trusted keys whose signatures verified, in line
+    order). Raises NoteError otherwise. Signature lines whose (name, key id) match
+    no trusted key are ignored; any trusted signature that fails rejects the note."""
+    if isinstance(note, bytes):
+        try:
+            msg = note.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise NoteError("malformed", "note is not UTF-8") from e
+    elif isinstance(note, str):
+        msg = note
+    else:
+        raise NoteError("malformed", "note is not text")
+    for ch in msg:
+        if _is_forbidden_note_char(ch):
+            raise NoteError("malformed", "note contains a control character")
+    split = msg.rfind("\n\n")
+    if split < 0:
+        raise NoteError("malformed", "no blank line before the signatures")
+    text, sigs = msg[: split + 1], msg[split + 2 :]
+    if sigs == "" or not sigs.endswith("\n"):
+        raise NoteError("malformed", "no signature lines, or no final newline")
+    verified: list[str] = []
+    failed = False
+    for line in sigs[:-1].split("\n"):
+        if not line.startswith(_EM_DASH_PREFIX):
+            raise NoteError("malformed", "a line after the blank line is not a signature line")
+        rest = line[len(_EM_DASH_PREFIX) :]
+        fields = rest.split(" ")
+        if len(fields) != 2:
+            raise NoteError("malformed", "signature line is not '— name signature'")
+        name, sig_b64 = fields
+        if not is_valid_key_name(name):
+            raise NoteError("malformed", "invalid key name in a signature line")
+        try:
+            raw = b64decode_strict(sig_b64)
+        except ValueError as e:
+            raise NoteError("malformed", "signature is not base64") from e
+        if len(raw) < 5:
+            raise NoteError("malformed", "signature too short")
+        kid, sig = raw[:4], raw[4:]
+        for k in trusted:
+            if k.name == name and k.key_id == kid:
+                if k.verify(text.encode("utf-8"), sig):
+                    verified.append(name)
+                else:
+                    failed = True
+    if failed:
+        raise NoteError("invalid_signature", "a signature by a trusted key does not verify")
+    if not verified:
+        raise NoteError("no_verified_signature", "no signature by a trusted key")
+    return text, verified
+
+
+# ---------------------------------------------------------------------------
+# Note bodies
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+
+
+def parse_checkpoint_body(text: str, origin: str) -> Checkpoint:
+    """C2SP tlog-checkpoint body `<origin>\\n<size>\\n<base64 root>\\n[extensions]`.
+
+    The origin line must equal `origin`; non-empty extension lines are ignored, an
+    empty one is refused. Raises ValueError."""
+    if not isinstance(text, str) or not text.endswith("\n"):
+        raise ValueError("checkpoint body does not end in a newline")
+    lines = text[:-1].split("\n")
+    if len(lines) < 3:
+        raise ValueError("checkpoint body has fewer than three lines")
+    if lines[0] == "":
+        raise ValueError("checkpoint origin line is empty")
+    if lines[0] != origin:
+        raise ValueError("checkpoint origin line is not the bundle's origin")
+    size = parse_decimal(lines[1])
+    root = b64decode_strict(lines[2])
+    if len(root) != 32:
+        raise ValueError("checkpoint root is not 32 bytes")
+    for ext in lines[3:]:
+        if ext == "":
+            raise ValueError("empty extension line in the checkpoint")
+    return Checkpoint(lines[0], size, root)
+
+
+@dataclass(frozen=True)
+class ThreadHead:
+    origin: str
+    thread: str
+    size: int
+    head: str
+    tree: int
+
+
+def parse_thread_head_body(text: str) -> ThreadHead:
+    """The thread-head body of spec section 2, exactly. Raises ValueError."""
+    if not isinstance(text, str) or not text.endswith("\n"):
+        raise ValueError("thread head does not end in a newline")
+    lines = text[:-1].split("\n")
+    if len(lines) != 6:
+        raise ValueError("thread head must have exactly six lines")
+    if lines[0] != THREAD_HEAD_MAGIC:
+        raise ValueError("thread head does not start with %r" % THREAD_HEAD_MAGIC)
+    values = []
+    for line, label in zip(lines[1:], ("origin", "thread", "size", "head", "tree")):
+        prefix = label + " "
+        if not line.startswith(prefix) or line == prefix:
+            raise ValueError("thread head line %r is not '%s <value>'" % (label, label))
+        values.append(line[len(prefix) :])
+    origin, thread, size_s, head, tree_s = values
+    size = parse_decimal(size_s)
+    tree = parse_decimal(tree_s)
+    if not is_hex64(head):
+        raise ValueError("thread head 'head' is not 64 lowercase hex digits")
+    return ThreadHead(origin, thread, size, head, tree)
+
+
+# ---------------------------------------------------------------------------
+# Leaves
+
+
+class LeafEncodingError(ValueError):
+    pass
+
+
+class LeafNotCanonical(ValueError):
+    pass
+
+
+def _raise_constant(name: str):
+    raise ValueError("%s is not JSON" % name)
+
+
+def parse_leaf(leaf: bytes) -> dict:
+    """Parse leaf bytes and check they are the RFC 8785 form of the value.
+
+    Raises LeafEncodingError (not UTF-8, not JSON, not an object) or
+    LeafNotCanonical (valid JSON syntax, but not the exact canonical bytes: duplicate
+    keys, lone surrogates, numbers without a double value, any other difference).
+    Integers within +-(2^53-1) parse as int; other numbers as IEEE-754 doubles."""
+    try:
+        text = leaf.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LeafEncodingError("leaf is not UTF-8") from e
+    duplicates = []
+
+    def pairs_hook(pairs):
+        d = {}
+        for k, v in pairs:
+            if k in d:
+                duplicates.append(k)
+            d[k] = v
+        return d
+
+    def parse_int(s: str):
+        if len(s) <= 17:
+            n = int(s)
+            if -MAX_SAFE_INTEGER <= n <= MAX_SAFE_INTEGER:
+                return n
+        return float(s)
+
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=pairs_hook,
+            parse_int=parse_int,
+            parse_float=float,
+            parse_constant=_raise_constant,
+        )
+    except RecursionError as e:
+        raise LeafEncodingError("leaf JSON nests too deeply") from e
+    except ValueError as e:
+        raise LeafEncodingError("leaf is not JSON: %s" % e) from e
+    if not isinstance(value, dict):
+        raise LeafEncodingError("leaf is not a JSON object")
+    if duplicates:
+        raise LeafNotCanonical("leaf has a duplicate key")
+    try:
+        canonical = rfc8785.dumps(value)
+    except RecursionError as e:
+        raise LeafNotCanonical("leaf nests too deeply to canonicalize") from e
+    except Exception as e:  # rfc8785.CanonicalizationError and friends
+        raise LeafNotCanonical("leaf has no canonical form: %s" % e) from e
+    if canonical != leaf:
+        raise LeafNotCanonical("leaf is not its RFC 8785 canonical form")
+    return value
+
+
+def is_id(v: object) -> bool:
+    """1 to 256 bytes of UTF-8 with no character of category Cc."""
+    if not isinstance(v, str):
+        return False
+    try:
+        n = len(v.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 1 <= n <= 256 and not any(unicodedata.category(c) == "Cc" for c in v)
+
+
+def is_timestamp(v: object) -> bool:
+    """RFC 3339 UTC with `Z` and exactly six fractional digits, a real instant."""
+    if not isinstance(v, str):
+        return False
+    m = _TS_RE.fullmatch(v)
+    if not m:
+        return False
+    y, mo, d, h, mi, s, us = (int(x) for x in m.groups())
+    try:
+        datetime(y, mo, d, h, mi, s, us)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_envelope(rec: dict) -> str | None:
+    """None when the 15 envelope fields are present with their types; else a message."""
+    def bad(field: str, what: str) -> str:
+        return "envelope field %r %s" % (field, what)
+
+    fields = (
+        "v", "origin", "seq", "prev", "ts", "kind", "thread_id", "run_id", "checkpoint_ns",
+        "checkpoint_id", "request_id", "thread_seq", "thread_prev", "actor", "body",
+    )
+    for f in fields:
+        if f not in rec:
+            return bad(f, "is missing")
+    if not _is_int(rec["v"]) or rec["v"] != 1:
+        return bad("v", "is not the integer 1")
+    if not isinstance(rec["origin"], str):
+        return bad("origin", "is not a string")
+    for f in ("seq", "thread_seq"):
+        if not _is_int(rec[f]) or rec[f] < 0:
+            return bad(f, "is not a non-negative integer")
+    for f in ("prev", "thread_prev"):
+        if not is_hex64(rec[f]):
+            return bad(f, "is not 64 lowercase hex digits")
+    if not is_timestamp(rec["ts"]):
+        return bad("ts", "is not an RFC 3339 UTC timestamp with 6 fractional digits")
+    if not isinstance(rec["kind"], str) or rec["kind"] not in KINDS:
+        return bad("kind", "is not one of the 8 kinds")
+    if not is_id(rec["thread_id"]):
+        return bad("thread_id", "is not an id")
+    for f in ("run_id", "checkpoint_id", "request_id"):
+        if rec[f] is not None and not is_id(rec[f]):
+            return bad(f, "is neither an id nor null")
+    if not isinstance(rec["checkpoint_ns"], str):
+        return bad("checkpoint_ns", "is not a string")
+    actor = rec["actor"]
+    if not isinstance(actor, dict):
+        return bad("actor", "is not an object")
+    if not is_id(actor.get("principal")):
+        return bad("actor", "has no principal id")
+    if not isinstance(actor.get("role"), str):
+        return bad("actor", "has no role string")
+    if not isinstance(rec["body"], dict):
+        return bad("body", "is not an object")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Bundle
+
+
+class Problem(Exception):
+    def __init__(self, code: str, message: str, seq: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.seq = seq
+
+
+def _bundle_pairs_hook(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise Problem("bad_input", "duplicate key %s in the bundle" % ascii(k))
+        d[k] = v
+    return d
+
+
+def _check_no_surrogates(value) -> None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Problem("bad_input", "the bundle contains a lone surrogate") from None
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def parse_bundle(data: bytes) -> dict:
+    """Parse and check the JSON structure of a bundle. Raises Problem('bad_input')."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem("bad_input", "the bundle is not UTF-8") from None
+    try:
+        doc = json.loads(text, object_pairs_hook=_bundle_pairs_hook, parse_constant=_raise_constant)
+    except Problem:
+        raise
+    except RecursionError:
+        raise Problem("bad_input", "the bundle JSON nests too deeply") from None
+    except ValueError as e:
+        raise Problem("bad_input", "the bundle is not JSON: %s" % e) from None
+    if not isinstance(doc, dict):
+        raise Problem("bad_input", "the bundle is not a JSON object")
+    _check_no_surrogates(doc)
+    if not isinstance(doc.get("format"), str):
+        raise Problem("bad_input", "bundle field 'format' is missing or not a string")
+    if doc["format"] != FORMAT:
+        raise Problem("bad_input", "unknown format %s" % ascii(doc["format"]))
+    for f in ("origin", "verifier_key", "checkpoint", "thread_id", "thread_head"):
+        if not isinstance(doc.get(f), str):
+            raise Problem("bad_input", "bundle field %r is missing or not a string" % f)
+    if not isinstance(doc.get("records"), list):
+        raise Problem("bad_input", "bundle field 'records' is missing or not a list")
+    for i, e in enumerate(doc["records"]):
+        if not isinstance(e, dict):
+            raise Problem("bad_input", "records[%d] is not an object" % i)
+        if not _is_int(e.get("seq")) or not (0 <= e["seq"] <= MAX_U64):
+            raise Problem("bad_input", "records[%d].seq is missing or not a non-negative integer" % i)
+        if not isinstance(e.get("leaf"), str):
+            raise Problem("bad_input", "records[%d].leaf is missing or not a string" % i)
+        proof = e.get("inclusion_proof")
+        if not isinstance(proof, list) or not all(isinstance(p, str) for p in proof):
+            raise Problem("bad_input", "records[%d].inclusion_proof is missing or not a list of strings" % i)
+    return doc
+
+
+def _summary(entries: list) -> dict:
+    decisions = rejections = 0
+    first_ts = last_ts = None
+    for i, e in enumerate(entries):
+        rec = None
+        try:
+            rec = json.loads(b64decode_strict(e["leaf"]).decode("utf-8"))
+        except Exception:
+            pass
+        if not isinstance(rec, dict):
+            continue
+        kind = rec.get("kind")
+        decisions += kind == "decision"
+        rejections += kind == "rejection"
+        ts = rec.get("ts") if isinstance(rec.get("ts"), str) else None
+        if i == 0:
+            first_ts = ts
+        if i == len(entries) - 1:
+            last_ts = ts
+    return {
+        "records": len(entries),
+        "decisions": decisions,
+        "rejections": rejections,
+        "first_ts": first_ts,
+        "last_ts": last_ts,
+    }
+
+
+def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
+    """Every content check, in order; raises the first Problem."""
+    origin = doc["origin"]
+    thread_id = doc["thread_id"]
+    if doc["verifier_key"] != key_str:
+        raise Problem("verifier_key_mismatch", "the bundle's verifier_key is not the trusted key")
+    if origin != key.name:
+        raise Problem("origin_mismatch", "the bundle's origin is not the trusted key's name")
+
+    try:
+        cp_text, _ = open_signed_note(doc["checkpoint"], [key])
+    except NoteError as e:
+        raise Problem("checkpoint_signature", "checkpoint: %s (%s)" % (e, e.reason)) from None
+    try:
+        cp = parse_checkpoint_body(cp_text, origin)
+    except ValueError as e:
+        raise Problem("checkpoint_body", "checkpoint body: %s" % e) from None
+
+    try:
+        th_text, _ = open_signed_note(doc["thread_head"], [key])
+    except NoteError as e:
+        raise Problem("thread_head_signature", "thread head: %s (%s)" % (e, e.reason)) from None
+    try:
+        th = parse_thread_head_body(th_text)
+    except ValueError as e:
+        raise Problem("thread_head_body", "thread head body: %s" % e) from None
+
+    entries = doc["records"]
+    prev_seq = None
+    prev_hash_hex = ZERO_HASH_HEX
+    for i, entry in enumerate(entries):
+        seq = entry["seq"]
+        try:
+            leaf = b64decode_strict(entry["leaf"])
+        except ValueError as e:
+            raise Problem("leaf_encoding", "leaf is not canonical base64: %s" % e, seq) from None
+        try:
+            rec = parse_leaf(leaf)
+        except LeafEncodingError as e:
+            raise Problem("leaf_encoding", str(e), seq) from None
+        except LeafNotCanonical as e:
+            raise Problem("leaf_not_canonical", str(e), seq) from None
+        msg = check_envelope(rec)
+        if msg is not None:
+            raise Problem("envelope", msg, seq)
+        if rec["seq"] != seq:
+            raise Problem("seq_mismatch", "leaf seq %d differs from the entry's seq %d" % (rec["seq"], seq), seq)
+        if prev_seq is not None and seq <= prev_seq:
+            raise Problem("seq_order", "seq %d does not follow seq %d" % (seq, prev_seq), seq)
+        if rec["origin"] != origin:
+            raise Problem("record_origin", "record origin is not the bundle's origin", seq)
+        if rec["thread_id"] != thread_id:
+            raise Problem("record_thread", "record thread_id is not the bundle's thread_id", seq)
+        lh = leaf_hash(leaf)
+        proof_hex = entry["inclusion_proof"]
+        if not all(is_hex64(p) for p in proof_hex):
+            raise Problem("inclusion_proof", "proof hashes must be 64 lowercase hex digits", seq)
+        proof = [bytes.fromhex(p) for p in proof_hex]
+        if seq >= cp.size:
+            raise Problem("inclusion_proof", "seq %d is not below the checkpoint size %d" % (seq, cp.size), seq)
+        if not verify_inclusion(seq, cp.size, lh, proof, cp.root):
+            raise Problem("inclusion_proof", "inclusion proof does not lead to the checkpoint root", seq)
+        if rec["thread_seq"] != i:
+            raise Problem("thread_gap", "thread_seq %d where %d was expected" % (rec["thread_seq"], i), seq)
+        if rec["thread_prev"] != prev_hash_hex:
+            raise Problem("thread_prev", "thread_prev is not the previous record's leaf hash", seq)
+        prev_seq = seq
+        prev_hash_hex = lh.hex()
+
+    if th.origin != origin:
+        raise Problem("thread_head_mismatch", "thread head origin is not the bundle's origin")
+    if th.thread != thread_id:
+        raise Problem("thread_head_mismatch", "thread head thread is not the bundle's thread_id")
+    if th.tree != cp.size:
+        raise Problem("thread_head_mismatch", "thread head tree %d is not the checkpoint size %d" % (th.tree, cp.size))
+    if th.size != len(entries):
+        raise Problem("thread_head_mismatch", "thread head size %d but the bundle has %d records" % (th.size, len(entries)))
+    if th.head != prev_hash_hex:
+        raise Problem("thread_head_mismatch", "thread head is not the last record's leaf hash")
+
+
+def _result(summary: dict, problem: Problem | None) -> dict:
+    return {
+        "ok": problem is None,
+        "records": summary["records"],
+        "decisions": summary["decisions"],
+        "rejections": summary["rejections"],
+        "first_ts": summary["first_ts"],
+        "last_ts": summary["last_ts"],
+        "problem": None
+        if problem is None
+        else {"code": problem.code, "message": problem.message, "seq": problem.seq},
+    }
+
+
+_EMPTY_SUMMARY = {"records": 0, "decisions": 0, "rejections": 0, "first_ts": None, "last_ts": None}
+
+
+def verify_bundle_bytes(data: bytes, key: str) -> dict:
+    """Verify a bundle given as bytes against the verifier key string `key`.
+
+    Never raises: returns the --json dict. Use exit_status() for the exit code."""
+    try:
+        data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        try:
+            vkey = parse_verifier_key(key)
+        except ValueError as e:
+            raise Problem("bad_input", "--key is not a valid verifier key: %s" % e) from None
+        doc = parse_bundle(data)
+    except Problem as p:
+        return _result(_EMPTY_SUMMARY, p)
+    except Exception as e:  # a bug here must not crash the caller
+        return _result(_EMPTY_SUMMARY, Problem("bad_input", "internal error: %s" % ascii(e)))
+    try:
+        summary = _summary(doc["records"])
+    except Exception:
+        summary = dict(_EMPTY_SUMMARY, records=len(doc["records"]))
+    try:
+        _check_bundle(doc, vkey, key)
+    except Problem as p:
+        return _result(summary, p)
+    except Exception as e:
+        return _result(summary, Problem("bad_input", "internal error: %s" % ascii(e)))
+    return _result(summary, None)
+
+
+def verify_bundle_file(path: str, key: str) -> dict:
+    """Like verify_bundle_bytes, reading `path` (`-` for standard input)."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except Exception as e:
+        return _result(_EMPTY_SUMMARY, Problem("bad_input", "cannot read %s: %s" % (ascii(path), ascii(e))))
+    return verify_bundle_bytes(data, key)
+
+
+def exit_status(result: dict) -> int:
+    """0 when the bundle verified, 2 for bad_input, 1 for any other problem."""
+    if result.get("ok"):
+        return 0
+    problem = result.get("problem") or {}
+    return 2 if problem.get("code") == "bad_input" else 1
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(message)
+
+
+def _emit(result: dict, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    if result["ok"]:
+        sys.stdout.write(
+            "OK: %d records (%d decisions, %d rejections), %s .. %s\n"
+            % (result["records"], result["decisions"], result["rejections"], result["first_ts"], result["last_ts"])
+        )
+    else:
+        p = result["problem"]
+        where = "" if p["seq"] is None else " at seq %d" % p["seq"]
+        sys.stderr.write("FAILED %s%s: %s\n" % (p["code"], where, p["message"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except Exception:
+            pass
+    try:
+        parser = _Parser(prog="verify_bundle.py", description="Verify a hitl-ledger export bundle offline.")
+        parser.add_argument("bundle", metavar="BUNDLE_FILE")
+        parser.add_argument("--key", required=True, metavar="VERIFIER_KEY")
+        parser.add_argument("--json", action="store_true")
+        try:
+            args = parser.parse_args(argv)
+        except _UsageError as e:
+            _emit(_result(_EMPTY_SUMMARY, Problem("bad_input", "usage: %s" % e)), as_json)
+            return 2
+        result = verify_bundle_file(args.bundle, args.key)
+        _emit(result, args.json)
+        return exit_status(result)
+    except Exception as e:
+        try:
+            _emit(_result(_EMPTY_SUMMARY, Problem("bad_input", "internal error: %s" % ascii(e))), as_json)
+        except Exception:
+            pass
+        return 2
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 2
+    sys.exit(code)

@@ -1,0 +1,658 @@
+//! Issue 5: the real server on port 0 against a real RocksDB directory, over HTTP.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hitl_ledger::auth::{Role, Tokens, add_token};
+use hitl_ledger::commit::{CommitConfig, Committer};
+use hitl_ledger::ledger::Ledger;
+use hitl_ledger::server::{AppState, serve};
+use serde_json::{Value, json};
+
+use crate::http::*;
+use crate::util::*;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub tokens: HashMap<&'static str, String>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        TestServer::start_with(CommitConfig::default())
+    }
+
+    pub fn start_with(commit: CommitConfig) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        Ledger::init(dir.path(), ORIGIN).unwrap();
+        let tpath = dir.path().join("tokens.json");
+        let mut tokens = HashMap::new();
+        for (name, role) in [
+            ("agent", Role::Agent),
+            ("reviewer", Role::Reviewer),
+            ("auditor", Role::Auditor),
+            ("admin", Role::Admin),
+        ] {
+            tokens.insert(
+                name,
+                add_token(&tpath, &format!("{name}-principal"), role).unwrap(),
+            );
+        }
+        let (tx_addr, rx_addr) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let path: PathBuf = dir.path().to_path_buf();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx_addr.send(listener.local_addr().unwrap()).unwrap();
+                let ledger = Arc::new(Ledger::open(&path).unwrap());
+                let tokens = Tokens::load(&path.join("tokens.json")).unwrap();
+                let state = AppState::new(ledger, tokens, commit);
+                serve(listener, state, async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        let addr = rx_addr.recv().unwrap();
+        TestServer {
+            addr,
+            dir,
+            tokens,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn t(&self, role: &str) -> &str {
+        &self.tokens[role]
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let joined = t.join();
+            if !std::thread::panicking() {
+                joined.expect("the server thread panicked");
+            }
+        }
+    }
+
+    /// Records in the ledger, from the latest checkpoint (each batch signs one).
+    pub fn size(&self) -> u64 {
+        let r = get(self.addr, "/v1/checkpoint", self.t("admin"));
+        r.text().lines().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn interrupt_body(rid: &str, thread: &str) -> Value {
+    json!({"request_id": rid, "thread_id": thread, "run_id": "run-1", "checkpoint_id": "c-1",
+           "interrupt_id": format!("i-{rid}"), "action": refund(2500)})
+}
+
+#[test]
+fn every_route_and_role_over_http() {
+    let mut s = TestServer::start();
+    let a = s.addr;
+    // Liveness needs no token; everything else is 401 before anything else.
+    assert_eq!(
+        send(a, "GET", "/healthz", None, None, b"").unwrap().status,
+        200
+    );
+    for (m, p) in [
+        ("GET", "/v1/pending"),
+        ("POST", "/v1/interrupts"),
+        ("PUT", "/v1/requests/x"),
+        ("GET", "/nope"),
+        ("GET", "/metrics"),
+    ] {
+        let r = send(a, m, p, None, Some("application/json"), b"{}").unwrap();
+        assert_eq!(
+            (r.status, r.code()),
+            (401, "unauthenticated".to_string()),
+            "{m} {p}"
+        );
+        let r = send(a, m, p, Some("hlt_wrong"), Some("application/json"), b"{}").unwrap();
+        assert_eq!(r.status, 401);
+    }
+    assert_eq!(s.size(), 0, "unauthenticated calls write nothing");
+
+    // Interrupt: agent only.
+    let r = post(
+        a,
+        "/v1/interrupts",
+        s.t("reviewer"),
+        &interrupt_body("r1", "t1"),
+    );
+    assert_eq!((r.status, r.code()), (403, "forbidden".into()));
+    let r = post(
+        a,
+        "/v1/interrupts",
+        s.t("agent"),
+        &interrupt_body("r1", "t1"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let first = r.json();
+    assert_eq!(
+        first["record"]["actor"],
+        json!({"principal": "agent-principal", "role": "agent"})
+    );
+    let r = post(
+        a,
+        "/v1/interrupts",
+        s.t("agent"),
+        &interrupt_body("r1", "t1"),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["duplicate"], true);
+    assert_eq!(r.json()["seq"], first["seq"]);
+    let r = post(
+        a,
+        "/v1/interrupts",
+        s.t("admin"),
+        &interrupt_body("r2", "t1"),
+    );
+    assert_eq!(r.status, 201, "admin reaches every route");
+
+    // Pending: reviewer and auditor.
+    assert_eq!(get(a, "/v1/pending", s.t("agent")).status, 403);
+    let p = get(a, "/v1/pending", s.t("reviewer")).json();
+    assert_eq!(p["pending"].as_array().unwrap().len(), 2);
+    assert_eq!(get(a, "/v1/pending", s.t("auditor")).status, 200);
+
+    // Decision: reviewer only; the body cannot claim a reviewer.
+    let r = post(
+        a,
+        "/v1/requests/r1/decision",
+        s.t("agent"),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(r.status, 403, "no agent approves its own request");
+    let r = post(
+        a,
+        "/v1/requests/r1/decision",
+        s.t("reviewer"),
+        &json!({"decision": "approve", "reviewer": "mallory"}),
+    );
+    assert_eq!((r.status, r.code()), (400, "unknown_field".into()));
+    let r = post(
+        a,
+        "/v1/requests/r1/decision",
+        s.t("reviewer"),
+        &json!({"decision": "approve", "rationale": "ok"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let d = r.json();
+    assert_eq!(d["record"]["actor"]["principal"], "reviewer-principal");
+    let ticket = d["ticket_id"].as_str().unwrap().to_string();
+    assert!(d["expires_at"].is_string());
+
+    // Authorize: always 200; a denial is a recorded outcome.
+    let body = json!({"ticket_id": ticket, "action": refund(2500), "attempt_id": "a1"});
+    let r = post(a, "/v1/requests/r1/authorize", s.t("agent"), &body);
+    assert_eq!(r.status, 200);
+    let g = r.json();
+    assert_eq!(
+        (g["granted"].clone(), g["code"].clone()),
+        (json!(true), Value::Null)
+    );
+    assert!(g["idempotency_key"].is_string());
+    let r = post(
+        a,
+        "/v1/requests/r1/authorize",
+        s.t("agent"),
+        &json!({"ticket_id": ticket, "action": refund(2500)}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["code"], "approval_already_used");
+    assert_eq!(r.json()["granted"], false);
+
+    // Follow-up and its bad `follows`.
+    let fu = json!({"follow_up_id": "f1", "follows": g["leaf_hash"], "outcome": "refunded", "operation_id": "rf-9"});
+    assert_eq!(
+        post(a, "/v1/requests/r1/follow-ups", s.t("agent"), &fu).status,
+        201
+    );
+    let bad = json!({"follow_up_id": "f2", "follows": "00".repeat(32), "outcome": "x"});
+    let r = post(a, "/v1/requests/r1/follow-ups", s.t("agent"), &bad);
+    assert_eq!((r.status, r.code()), (400, "unknown_follows".into()));
+
+    // Request state.
+    let r = get(a, "/v1/requests/r1", s.t("auditor"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["state"], "approved");
+    assert_eq!(get(a, "/v1/requests/r1", s.t("agent")).status, 403);
+    let r = get(a, "/v1/requests/nope", s.t("reviewer"));
+    assert_eq!((r.status, r.code()), (404, "request_not_found".into()));
+
+    // Revoke after approval; then the state.
+    let r = post(
+        a,
+        "/v1/requests/r1/revoke",
+        s.t("agent"),
+        &json!({"reason": "complaint resolved"}),
+    );
+    assert_eq!(r.status, 201);
+    assert_eq!(
+        get(a, "/v1/requests/r1", s.t("reviewer")).json()["state"],
+        "revoked"
+    );
+
+    // Thread records: auditor; pages.
+    assert_eq!(
+        get(a, "/v1/threads/t1/records", s.t("reviewer")).status,
+        403
+    );
+    let r = get(a, "/v1/threads/t1/records?limit=2", s.t("auditor"));
+    assert_eq!(r.json()["records"].as_array().unwrap().len(), 2);
+    assert_eq!(r.json()["next_after"], 1);
+    let r = get(
+        a,
+        "/v1/threads/t1/records?after=1&limit=10000",
+        s.t("auditor"),
+    );
+    assert_eq!(r.json()["records"][0]["thread_seq"], 2);
+    assert_eq!(
+        get(a, "/v1/threads/t1/records?limit=0", s.t("auditor")).code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        get(a, "/v1/threads/unknown/records", s.t("auditor")).json(),
+        json!({"records": []})
+    );
+
+    // Export: verifies offline.
+    let r = get(a, "/v1/threads/t1/export", s.t("auditor"));
+    assert_eq!(r.status, 200);
+    let bundle = r.body.clone();
+    let key = r.json()["verifier_key"].as_str().unwrap().to_string();
+    let report = hitl_ledger::verify::verify_bundle(&bundle, &key);
+    assert!(report.ok(), "{:?}", report.problem);
+    let r = get(a, "/v1/threads/unknown/export", s.t("auditor"));
+    assert_eq!((r.status, r.code()), (404, "thread_not_found".into()));
+
+    // Checkpoint and proofs: every role.
+    let r = get(a, "/v1/checkpoint", s.t("agent"));
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let size: u64 = r.text().lines().nth(1).unwrap().parse().unwrap();
+    let inc = get(a, "/v1/proofs/inclusion?seq=0", s.t("reviewer")).json();
+    assert_eq!(inc["size"], size);
+    let con = get(
+        a,
+        &format!("/v1/proofs/consistency?from=1&to={size}"),
+        s.t("auditor"),
+    )
+    .json();
+    assert_eq!(con["from"], 1);
+    let con0 = get(
+        a,
+        &format!("/v1/proofs/consistency?from=0&to={size}"),
+        s.t("auditor"),
+    )
+    .json();
+    assert_eq!(con0["proof"], json!([]));
+    assert_eq!(
+        get(a, "/v1/proofs/inclusion?seq=999", s.t("agent")).code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        get(a, "/v1/proofs/inclusion", s.t("agent")).code(),
+        "missing_field"
+    );
+
+    // Metrics: admin only.
+    assert_eq!(get(a, "/metrics", s.t("auditor")).status, 403);
+    let m = get(a, "/metrics", s.t("admin"));
+    assert!(
+        m.text()
+            .contains("hitl_ledger_denials_total{code=\"approval_already_used\"} 1"),
+        "{}",
+        m.text()
+    );
+
+    // Append-only: PUT/PATCH/DELETE answer 405 and append a refusal where the path points.
+    let before = s.size();
+    let r = send(
+        a,
+        "PUT",
+        "/v1/requests/r1",
+        Some(s.t("auditor")),
+        Some("application/json"),
+        b"{}",
+    )
+    .unwrap();
+    assert_eq!((r.status, r.code()), (405, "append_only".into()));
+    assert_eq!(r.header("allow"), Some("GET"));
+    let recs = get(a, "/v1/requests/r1", s.t("auditor")).json()["records"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let refusal = recs.last().unwrap();
+    assert_eq!(refusal["kind"], "refusal");
+    assert_eq!(
+        refusal["body"],
+        json!({"method": "PUT", "path": "/v1/requests/r1", "error": "append_only"})
+    );
+    assert_eq!(refusal["actor"]["principal"], "auditor-principal");
+    let r = send(
+        a,
+        "DELETE",
+        "/v1/threads/t1/records",
+        Some(s.t("agent")),
+        None,
+        b"",
+    )
+    .unwrap();
+    assert_eq!(r.status, 405);
+    let r = send(a, "PATCH", "/v1/whatever", Some(s.t("agent")), None, b"").unwrap();
+    assert_eq!(r.status, 405);
+    let refusals = get(
+        a,
+        "/v1/threads/hitl-ledger%2Frefusals/records",
+        s.t("auditor"),
+    )
+    .json();
+    assert_eq!(refusals["records"].as_array().unwrap().len(), 1);
+    assert_eq!(refusals["records"][0]["request_id"], Value::Null);
+    assert_eq!(s.size(), before + 3);
+    // Any other wrong method writes nothing.
+    let r = get(a, "/v1/interrupts", s.t("agent"));
+    assert_eq!((r.status, r.code()), (405, "method_not_allowed".into()));
+    assert_eq!(r.header("allow"), Some("POST"));
+    let r = get(a, "/v1/nope", s.t("agent"));
+    assert_eq!((r.status, r.code()), (404, "not_found".into()));
+    assert_eq!(s.size(), before + 3);
+    s.stop();
+}
+
+#[test]
+fn every_error_code_over_http_writes_nothing() {
+    let mut s = TestServer::start();
+    let a = s.addr;
+    let ag = s.t("agent").to_string();
+    let rv = s.t("reviewer").to_string();
+    post(
+        a,
+        "/v1/interrupts",
+        &ag,
+        &json!({"request_id": "only-approve", "thread_id": "t", "interrupt_id": "i",
+        "action": refund(1), "allowed_decisions": ["approve", "reject"]}),
+    );
+    post(a, "/v1/interrupts", &ag, &interrupt_body("r-rej", "t"));
+    post(
+        a,
+        "/v1/requests/r-rej/decision",
+        &rv,
+        &json!({"decision": "reject", "rationale": "no"}),
+    );
+    let n = s.size();
+    let raw = |m: &str, p: &str, ct: Option<&str>, body: &[u8], tok: &str| {
+        send(a, m, p, Some(tok), ct, body).unwrap()
+    };
+    let cases: Vec<(Resp, u16, &str)> = vec![
+        (raw("POST", "/v1/interrupts", Some("application/json"), b"{\"request_id\":", &ag), 400, "invalid_json"),
+        (raw("POST", "/v1/interrupts", Some("text/plain"), b"{}", &ag), 415, "unsupported_media_type"),
+        (raw("POST", "/v1/interrupts", None, b"{}", &ag), 415, "unsupported_media_type"),
+        (raw("POST", "/v1/interrupts", Some("application/json"), &vec![b' '; (1 << 20) + 1], &ag), 413, "body_too_large"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "x", "thread_id": "t", "interrupt_id": "i", "action": refund(1), "nope": 1})), 400, "unknown_field"),
+        (post(a, "/v1/interrupts", &ag, &json!({"thread_id": "t", "interrupt_id": "i", "action": refund(1)})), 400, "missing_field"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "x", "thread_id": "t", "interrupt_id": "i", "action": refund(1), "allowed_decisions": ["maybe"]})), 400, "invalid_request"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "hitl-ledger/x", "thread_id": "t", "interrupt_id": "i", "action": refund(1)})), 400, "invalid_identifier"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "x", "thread_id": "t", "interrupt_id": "i", "action": {"tool": "refund"}})), 400, "invalid_action"),
+        (raw("POST", "/v1/interrupts", Some("application/json"), br#"{"request_id":"x","thread_id":"t","interrupt_id":"i","action":{"tool":"t","args":{"a":"\ud800"}}}"#, &ag), 400, "not_canonicalizable"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "x", "thread_id": "t", "interrupt_id": "i", "action": refund(1), "redact": ["/missing"]})), 400, "invalid_redaction"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "x", "thread_id": "t", "interrupt_id": "i", "action": refund(1), "review_ttl_seconds": 7200})), 400, "review_ttl_too_long"),
+        (post(a, "/v1/interrupts", &ag, &json!({"request_id": "r-rej", "thread_id": "t", "interrupt_id": "other", "action": refund(1)})), 409, "idempotency_conflict"),
+        (post(a, "/v1/requests/only-approve/decision", &rv, &json!({"decision": "edit", "edited_action": refund(2)})), 400, "decision_not_allowed"),
+        (post(a, "/v1/requests/r-rej/decision", &rv, &json!({"decision": "approve"})), 409, "conflict"),
+        (post(a, "/v1/requests/r-rej/decision", &rv, &json!({"decision": "reject", "rationale": "other"})), 409, "idempotency_conflict"),
+        (post(a, "/v1/requests/r-rej/authorize", &ag, &json!({"ticket_id": "not-a-uuid", "action": refund(1)})), 400, "invalid_ticket_id"),
+        (post(a, "/v1/requests/ghost/authorize", &ag, &json!({"ticket_id": "01932d7e-8b6f-7cc4-9c2a-6a5f1f0b3c11", "action": refund(1)})), 404, "request_not_found"),
+        (post(a, "/v1/requests/r%01x/revoke", &ag, &json!({"reason": "x"})), 400, "invalid_identifier"),
+        (post(a, "/v1/requests/r-rej/revoke", &ag, &json!({"reason": "x"})), 409, "conflict"),
+        (post(a, &format!("/v1/requests/{}/revoke", "x".repeat(300)), &ag, &json!({"reason": "x"})), 400, "invalid_identifier"),
+    ];
+    for (i, (r, status, code)) in cases.iter().enumerate() {
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (*status, *code),
+            "case {i}: {}",
+            r.text()
+        );
+        assert!(
+            r.header("content-type")
+                .unwrap()
+                .starts_with("application/json")
+        );
+    }
+    assert_eq!(s.size(), n, "no error wrote anything");
+    // A record over 1 MiB from a body under 1 MiB.
+    let blob = "a".repeat((1 << 20) - 200);
+    let r = post(
+        a,
+        "/v1/interrupts",
+        &ag,
+        &json!({"request_id": "big", "thread_id": "t", "interrupt_id": "i",
+        "action": {"tool": "t", "args": {"blob": blob}}}),
+    );
+    assert_eq!((r.status, r.code()), (413, "record_too_large".into()));
+    assert_eq!(s.size(), n);
+    s.stop();
+}
+
+#[test]
+fn sixty_four_clients_every_acknowledged_append_survives_a_restart() {
+    let mut s = TestServer::start();
+    let addr = s.addr;
+    let token = s.t("agent").to_string();
+    let handles: Vec<_> = (0..64)
+        .map(|c| {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0..15 {
+                    let rid = format!("c{c}-{i}");
+                    let r = post(
+                        addr,
+                        "/v1/interrupts",
+                        &token,
+                        &interrupt_body(&rid, &format!("thread-{c}")),
+                    );
+                    if r.status == 201 {
+                        acked.push(rid);
+                    } else {
+                        assert_eq!(r.status, 503, "{}", r.text());
+                        assert_eq!(r.header("retry-after"), Some("1"));
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    let acked: Vec<String> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert!(
+        acked.len() > 900,
+        "most appends were accepted: {}",
+        acked.len()
+    );
+    let metrics = get(addr, "/metrics", s.t("admin")).text();
+    let max: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hitl_ledger_batch_records_max "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        max > 1,
+        "group commit batched several appends into one sync: {metrics}"
+    );
+    s.stop();
+    let ledger = Ledger::open(s.dir.path()).unwrap();
+    for rid in &acked {
+        assert!(ledger.request_state(rid).unwrap().is_some(), "{rid} lost");
+    }
+    let report = ledger.verify(None, &mut |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn sigterm_during_load_loses_no_acknowledged_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(dir.path(), &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run(
+        dir.path(),
+        &[
+            "token",
+            "add",
+            "--principal",
+            "bot",
+            "--role",
+            "agent",
+            "--format",
+            "json",
+        ],
+    );
+    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut child = std::process::Command::new(bin())
+        .arg("--data")
+        .arg(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handles: Vec<_> = (0..16)
+        .map(|c| {
+            let token = token.clone();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let rid = format!("c{c}-{i}");
+                    i += 1;
+                    let body = interrupt_body(&rid, "load").to_string();
+                    match send(
+                        addr,
+                        "POST",
+                        "/v1/interrupts",
+                        Some(&token),
+                        Some("application/json"),
+                        body.as_bytes(),
+                    ) {
+                        Ok(r) if r.status == 201 => acked.push(rid),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<String> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert!(status.success(), "graceful exit: {status:?}");
+    assert!(!acked.is_empty());
+    let ledger = Ledger::open(dir.path()).unwrap();
+    for rid in &acked {
+        assert!(
+            ledger.request_state(rid).unwrap().is_some(),
+            "acknowledged {rid} lost"
+        );
+    }
+    let report = ledger.verify(None, &mut |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_full_queue_is_refused_not_buffered() {
+    let f = Fixture::new();
+    let c = Committer::start(
+        f.arc(),
+        CommitConfig {
+            queue_capacity: 1,
+            max_batch: 1,
+            ..Default::default()
+        },
+    );
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut accepted = 0;
+    let mut overloaded = 0;
+    for i in 0..2000 {
+        let (op, actor) = op_interrupt(&format!("q{i}"), "q", refund(i));
+        let n = Arc::clone(&answered);
+        match c.submit(
+            op,
+            actor,
+            Box::new(move |r| {
+                r.unwrap();
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }),
+        ) {
+            Ok(()) => accepted += 1,
+            Err(e) => {
+                assert_eq!(e.code(), hitl_ledger::ErrorCode::Overloaded);
+                overloaded += 1;
+            }
+        }
+    }
+    drop(c);
+    assert!(overloaded > 0, "a queue of one overflows");
+    assert_eq!(
+        answered.load(std::sync::atomic::Ordering::SeqCst),
+        accepted,
+        "every accepted op is answered"
+    );
+}

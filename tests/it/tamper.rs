@@ -1,0 +1,265 @@
+//! Issue 2: each edit made directly in the store makes `verify` exit 1 and name the first bad
+//! seq; an untouched ledger verifies clean.
+
+use hitl_ledger::merkle;
+use hitl_ledger::record::Record;
+use hitl_ledger::store::{Cf, Store, be};
+use serde_json::json;
+
+use crate::util::*;
+
+/// Twenty-odd records over three threads, in several batches.
+fn populate(f: &Fixture) {
+    for t in 0..3 {
+        let thread = format!("thread-{t}");
+        for r in 0..2 {
+            let rid = format!("req-{t}-{r}");
+            let a = f.interrupt(&rid, &thread, refund(100 * (t + 1) + r));
+            if r == 0 {
+                let (ticket, _) = f.approve(&rid);
+                let g = f.authorize(&rid, &ticket, refund(100 * (t + 1) + r), Some("att-1"));
+                assert!(grant_of(&g).granted);
+                let fu = hitl_ledger::request::FollowUpRequest::from_map(map(json!({
+                    "follow_up_id": "done", "follows": hex::encode(g.leaf_hash), "outcome": "refunded",
+                    "detail": {"refund_id": "rf-1"}, "operation_id": "op-1"})))
+                .unwrap();
+                f.l().follow_up(&rid, fu, &agent()).unwrap();
+                let _ = a;
+            } else {
+                f.reject(&rid);
+            }
+        }
+    }
+}
+
+fn fixture() -> Fixture {
+    let f = Fixture::new();
+    populate(&f);
+    f
+}
+
+fn leaf(s: &Store, seq: u64) -> Vec<u8> {
+    s.get(Cf::Records, &be(seq)).unwrap().unwrap()
+}
+
+fn first_seq(report: &serde_json::Value) -> Option<u64> {
+    report["problem"]["seq"].as_u64()
+}
+
+#[test]
+fn untouched_ledger_verifies_clean() {
+    let mut f = fixture();
+    let n = f.size();
+    assert!(n >= 18, "{n}");
+    let report = f.l().verify(None, &mut |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    f.close();
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["records"], n);
+}
+
+#[test]
+fn changed_byte_in_a_leaf_is_named() {
+    let mut f = fixture();
+    let s = f.raw_store();
+    // Record 5 is a rejection: change one letter of its rationale, so the leaf stays
+    // canonical JSON with a valid envelope and only the chain and the tree can tell.
+    let mut l = leaf(&s, 5);
+    let pos = l
+        .windows(16)
+        .position(|w| w == b"\"rationale\":\"no\"")
+        .expect("the rationale");
+    l[pos + 13] = b'N';
+    s.raw_put(Cf::Records, &be(5), &l).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(first_seq(&v), Some(5), "{v}");
+}
+
+#[test]
+fn deleted_record_in_the_middle_is_named() {
+    let mut f = fixture();
+    let s = f.raw_store();
+    s.raw_delete(Cf::Records, &be(7)).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(first_seq(&v), Some(7), "{v}");
+    assert_eq!(v["problem"]["code"], "seq_mismatch");
+}
+
+#[test]
+fn swapped_records_are_named() {
+    let mut f = fixture();
+    let s = f.raw_store();
+    let (a, b) = (leaf(&s, 4), leaf(&s, 5));
+    s.raw_put(Cf::Records, &be(4), &b).unwrap();
+    s.raw_put(Cf::Records, &be(5), &a).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(first_seq(&v), Some(4), "{v}");
+}
+
+#[test]
+fn forged_record_with_correct_looking_prev_is_named() {
+    let mut f = fixture();
+    let n = f.size();
+    let k = 6u64;
+    let s = f.raw_store();
+    // Shift records k.. up by one and insert a forgery at k that chains onto record k-1.
+    for seq in (k..n).rev() {
+        let l = leaf(&s, seq);
+        s.raw_put(Cf::Records, &be(seq + 1), &l).unwrap();
+    }
+    let mut forged = Record::from_leaf(&leaf(&s, k)).unwrap();
+    let prev = Record::from_leaf(&leaf(&s, k - 1)).unwrap();
+    forged.prev = merkle::leaf_hash(&leaf(&s, k - 1));
+    forged.seq = k;
+    forged.ts = prev.ts;
+    forged.body.insert(
+        "args".into(),
+        json!({"order_id": "O-19", "amount_cents": 999_999}),
+    );
+    s.raw_put(Cf::Records, &be(k), &forged.leaf().unwrap())
+        .unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(first_seq(&v), Some(k), "{v}");
+}
+
+#[test]
+fn last_record_deleted_is_caught_by_the_stored_checkpoint() {
+    let mut f = fixture();
+    let n = f.size();
+    let s = f.raw_store();
+    s.raw_delete(Cf::Records, &be(n - 1)).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(first_seq(&v), Some(n - 1), "{v}");
+    let codes: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"checkpoint_size"), "{codes:?}");
+}
+
+#[test]
+fn truncation_with_checkpoints_deleted_is_caught_by_trusted() {
+    let mut f = fixture();
+    let n = f.size();
+    let trusted = f.l().checkpoint().unwrap();
+    let trusted_path = f.path().join("trusted-checkpoint.txt");
+    std::fs::write(&trusted_path, &trusted).unwrap();
+    let s = f.raw_store();
+    let keep = n - 3;
+    for seq in keep..n {
+        s.raw_delete(Cf::Records, &be(seq)).unwrap();
+    }
+    for (k, _) in s
+        .iter_from(Cf::Checkpoints, &[])
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>()
+    {
+        if hitl_ledger::store::read_be(&k).unwrap() > keep {
+            s.raw_delete(Cf::Checkpoints, &k).unwrap();
+        }
+    }
+    drop(s);
+    // Whoever holds the key can make the truncated ledger consistent with itself...
+    let (code, _, err) = run(f.path(), &["reindex"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 0, "{v}");
+    // ...but not with a checkpoint kept elsewhere.
+    let (code, v) = cli_verify(f.path(), &["--trusted", trusted_path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(first_seq(&v), Some(keep), "{v}");
+    assert_eq!(v["problem"]["code"], "trusted_size");
+}
+
+#[test]
+fn idempotency_entry_pointed_at_another_record_is_named() {
+    let mut f = fixture();
+    let interrupt_seq = f
+        .l()
+        .request_state("req-1-0")
+        .unwrap()
+        .unwrap()
+        .interrupt_seq;
+    let s = f.raw_store();
+    s.raw_put(
+        Cf::Idem,
+        &hitl_ledger::index::idem_interrupt("req-1-0"),
+        &be(2),
+    )
+    .unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(v["problem"]["code"], "index", "{v}");
+    assert_eq!(first_seq(&v), Some(interrupt_seq), "{v}");
+}
+
+#[test]
+fn record_copied_from_another_ledger_is_named() {
+    let mut f = fixture();
+    let mut other = Fixture::with_origin("other.example/ledger", None);
+    populate(&other);
+    let so = other.raw_store();
+    let foreign = leaf(&so, 9);
+    drop(so);
+    let s = f.raw_store();
+    s.raw_put(Cf::Records, &be(9), &foreign).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(first_seq(&v), Some(9), "{v}");
+    let at9: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["seq"] == 9)
+        .filter_map(|p| p["code"].as_str())
+        .collect();
+    assert!(at9.contains(&"record_origin"), "{at9:?}");
+}
+
+#[test]
+fn a_tampered_ledger_refuses_to_write() {
+    let mut f = fixture();
+    let n = f.size();
+    let s = f.raw_store();
+    s.raw_delete(Cf::Records, &be(n - 1)).unwrap();
+    drop(s);
+    f.reopen();
+    let e = f
+        .l()
+        .interrupt(interrupt_req("new", "t", refund(1)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), hitl_ledger::ErrorCode::Corrupt);
+}
+
+#[test]
+fn reindex_rebuilds_identical_indexes() {
+    let mut f = fixture();
+    let before = f.l().verify(None, &mut |_, _| {}).unwrap();
+    assert!(before.ok());
+    let s = f.raw_store();
+    s.clear(Cf::Idem).unwrap();
+    s.clear(Cf::Requests).unwrap();
+    drop(s);
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1, "missing indexes are found: {v}");
+    let (code, _, err) = run(f.path(), &["reindex"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 0, "{v}");
+}

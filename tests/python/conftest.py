@@ -1,0 +1,200 @@
+"""Fixtures that start the real hitl-ledger server binary in a temporary directory.
+
+The binary is ``$HITL_LEDGER_BIN`` (default ``~/.cache/hitl-ledger/target/debug/hitl-ledger``).
+A test module gets one server (``ledger``) whose policy is the module's ``LEDGER_POLICY`` when it
+defines one, else :data:`DEFAULT_POLICY`; ``make_ledger`` starts extra servers on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hitl_ledger import LedgerClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ledger_support import REPO, ledger_bin  # noqa: E402
+
+sys.path.insert(0, str(REPO / "examples"))
+
+ORIGIN = "hitl-ledger.test/python"
+
+#: Lifetimes long enough for any test, except the tools named for a test of expiry.
+DEFAULT_POLICY = {
+    "default": {"review_window_seconds": 3600, "approval_ttl_seconds": 600},
+    "tools": {
+        "refund_fast": {"approval_ttl_seconds": 1},
+        "wire_transfer": {"redact": ["/account"]},
+        "send_email": {"mode": "observe"},
+    },
+}
+
+ROLES = ("agent", "reviewer", "auditor", "admin")
+
+
+@dataclass
+class LedgerServer:
+    """One running server: its URL, a token per role, and a client per role."""
+
+    data: Path
+    url: str
+    proc: subprocess.Popen
+    tokens: dict[str, str]
+    verifier_key: str
+    log: Path
+    clients: dict[str, LedgerClient] = field(default_factory=dict)
+
+    def client(self, role: str, **kw) -> LedgerClient:
+        return LedgerClient(self.url, self.tokens[role], **kw)
+
+    @property
+    def agent(self) -> LedgerClient:
+        return self.clients["agent"]
+
+    @property
+    def reviewer(self) -> LedgerClient:
+        return self.clients["reviewer"]
+
+    @property
+    def auditor(self) -> LedgerClient:
+        return self.clients["auditor"]
+
+    @property
+    def admin(self) -> LedgerClient:
+        return self.clients["admin"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def _run(binary: Path, data: Path, *args: str) -> str:
+    done = subprocess.run(
+        [str(binary), "--data", str(data), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"hitl-ledger {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
+        )
+    return done.stdout
+
+
+def start_server(
+    root: Path, policy: dict | None = None, *, extra_args: tuple[str, ...] = ()
+) -> LedgerServer:
+    binary = ledger_bin()
+    if not binary.exists():
+        pytest.fail(
+            f"hitl-ledger binary not found at {binary}: build it or set HITL_LEDGER_BIN",
+            pytrace=False,
+        )
+    data = root / "ledger"
+    out = _run(binary, data, "init", "--origin", ORIGIN)
+    verifier_key = out.strip().splitlines()[-1] if out.strip() else ""
+    (data / "policy.json").write_text(json.dumps(policy or DEFAULT_POLICY), encoding="utf-8")
+    tokens = {}
+    for role in ROLES:
+        answer = json.loads(
+            _run(binary, data, "token", "add", "--principal", f"py-{role}", "--role", role,
+                 "--format", "json")
+        )
+        assert answer["principal"] == f"py-{role}" and answer["role"] == role, answer
+        tokens[role] = answer["token"]
+    # A second reviewer, to show that the ledger records who decided from the token alone.
+    answer = json.loads(
+        _run(binary, data, "token", "add", "--principal", "py-reviewer-2", "--role", "reviewer",
+             "--format", "json")
+    )
+    tokens["reviewer2"] = answer["token"]
+    log = root / "server.log"
+    proc = subprocess.Popen(
+        [str(binary), "--data", str(data), "serve", "--listen", "127.0.0.1:0", *extra_args],
+        stdout=subprocess.PIPE,
+        stderr=open(log, "wb"),  # noqa: SIM115 - owned by the child
+        text=True,
+    )
+    line = _first_line(proc, timeout=30)
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(
+            f"server did not announce itself (got {line!r}); log: {log.read_text()[-2000:]}"
+        )
+    addr = line.split("listening on ", 1)[1].strip()
+    server = LedgerServer(
+        data=data, url=f"http://{addr}", proc=proc, tokens=tokens,
+        verifier_key=verifier_key, log=log,
+    )
+    for role in (*ROLES, "reviewer2"):
+        server.clients[role] = server.client(role)
+    return server
+
+
+def _first_line(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if sel.select(timeout=0.2):
+                return proc.stdout.readline()
+            if proc.poll() is not None:
+                return ""
+        return ""
+    finally:
+        sel.close()
+
+
+@pytest.fixture(scope="module")
+def ledger(request, tmp_path_factory):
+    policy = getattr(request.module, "LEDGER_POLICY", None)
+    server = start_server(tmp_path_factory.mktemp("ledger"), policy)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_ledger(tmp_path_factory):
+    started: list[LedgerServer] = []
+
+    def make(policy: dict | None = None, extra_args: tuple[str, ...] = ()) -> LedgerServer:
+        server = start_server(tmp_path_factory.mktemp("ledger"), policy, extra_args=extra_args)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+class Executor:
+    """A side effect that only records its calls: the thing that must not happen, observable."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __call__(self, args: dict, *, idempotency_key: str) -> dict:
+        self.calls.append({"args": args, "idempotency_key": idempotency_key})
+        return {"operation_id": f"op-{len(self.calls)}", "status": "done"}
+
+
+@pytest.fixture
+def executor() -> Executor:
+    return Executor()

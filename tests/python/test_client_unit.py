@@ -1,0 +1,301 @@
+"""Fast client tests against a scripted HTTP server on 127.0.0.1 (no ledger binary needed):
+the typed error of every code, what is and is not retried, and an unreachable ledger."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hitl_ledger import LedgerClient, errors
+from hitl_ledger.langgraph import Approval, execute_approved
+
+# Every code of spec section 6 with its status.
+CODES = {
+    "invalid_json": 400, "unknown_field": 400, "missing_field": 400, "invalid_request": 400,
+    "invalid_identifier": 400, "invalid_action": 400, "not_canonicalizable": 400,
+    "invalid_redaction": 400, "decision_not_allowed": 400, "review_ttl_too_long": 400,
+    "invalid_ticket_id": 400, "unknown_follows": 400, "unauthenticated": 401, "forbidden": 403,
+    "not_found": 404, "request_not_found": 404, "thread_not_found": 404, "append_only": 405,
+    "method_not_allowed": 405, "conflict": 409, "idempotency_conflict": 409,
+    "body_too_large": 413, "record_too_large": 413, "unsupported_media_type": 415,
+    "overloaded": 503,
+}
+
+RECORD_ANSWER = {
+    "record": {"kind": "authorization", "request_id": "r", "body": {"would_deny": None}},
+    "leaf_hash": "00" * 32, "seq": 3, "duplicate": False,
+    "granted": True, "code": None, "idempotency_key": "ab" * 32,
+}
+
+
+class Script:
+    """What the fake server answers: a list of (status, json, headers), or a callable."""
+
+    def __init__(self) -> None:
+        self.answers: list = []
+        self.requests: list[tuple[str, str, bytes, dict]] = []
+
+
+@pytest.fixture
+def fake():
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):  # quiet
+            pass
+
+        def _handle(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            script.requests.append((self.command, self.path, body, dict(self.headers)))
+            answer = script.answers.pop(0) if script.answers else (200, {"ok": True}, {})
+            if answer == "drop":
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            status, payload, headers = answer
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    script.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield script
+    server.shutdown()
+    server.server_close()
+
+
+def client(url, **kw):
+    kw.setdefault("backoff", 0.01)
+    return LedgerClient(url, "tok", **kw)
+
+
+@pytest.mark.parametrize("code,status", sorted(CODES.items()))
+def test_every_error_code_raises_its_type(fake, code, status):
+    fake.answers.append((status, {"error": code, "message": f"m-{code}"}, {}))
+    with pytest.raises(errors.ApiError) as info:
+        client(fake.url, retries=0).request("POST", "/v1/interrupts", {"x": 1})
+    err = info.value
+    assert type(err) is errors.ERROR_CLASSES[code]
+    assert (err.code, err.status, err.message) == (code, status, f"m-{code}")
+    assert isinstance(err, errors.HitlLedgerError)
+
+
+def test_error_table_covers_the_contract():
+    assert set(errors.ERROR_CLASSES) == set(CODES)
+    for code, cls in errors.ERROR_CLASSES.items():
+        assert cls.code == code and cls.status == CODES[code]
+
+
+def test_unknown_code_falls_back_to_status_class(fake):
+    fake.answers.append((409, {"error": "brand_new_code", "message": "x"}, {}))
+    with pytest.raises(errors.ConflictError) as info:
+        client(fake.url).request("GET", "/v1/pending")
+    assert info.value.code == "brand_new_code"
+
+
+def test_non_json_error_is_a_protocol_error(fake):
+    fake.answers.append((502, b"<html>bad gateway</html>", {"Content-Type": "text/html"}))
+    with pytest.raises(errors.LedgerProtocolError):
+        client(fake.url, retries=0).request("GET", "/v1/pending")
+
+
+def test_authorize_without_attempt_id_is_never_retried(fake):
+    fake.answers += [(503, {"error": "overloaded", "message": "busy"}, {"Retry-After": "0"})] * 3
+    with pytest.raises(errors.Overloaded):
+        client(fake.url, retries=3).authorize(
+            "r", ticket_id="t", action={"tool": "t", "args": {}})
+    assert len(fake.requests) == 1
+
+
+def test_authorize_without_attempt_id_after_a_dropped_connection_is_not_retried(fake):
+    fake.answers += ["drop", (200, RECORD_ANSWER, {})]
+    with pytest.raises(errors.LedgerConnectionError) as info:
+        client(fake.url, retries=3).authorize(
+            "r", ticket_id="t", action={"tool": "t", "args": {}})
+    assert len(fake.requests) == 1
+    assert info.value.retried == 0
+    assert "not retried" in str(info.value)
+
+
+def test_authorize_with_attempt_id_is_retried(fake):
+    fake.answers += [(503, {"error": "overloaded", "message": "busy"}, {"Retry-After": "0"}),
+                     (200, RECORD_ANSWER, {})]
+    auth = client(fake.url, retries=2).authorize(
+        "r", ticket_id="t", action={"tool": "t", "args": {}}, attempt_id="a1")
+    assert auth.granted and len(fake.requests) == 2
+    assert json.loads(fake.requests[0][2]) == json.loads(fake.requests[1][2])
+
+
+def test_idempotent_append_is_retried_with_the_same_body(fake):
+    answer = {"record": {"kind": "revocation"}, "leaf_hash": "00" * 32, "seq": 1,
+              "duplicate": True}
+    fake.answers += ["drop", (200, answer, {})]
+    res = client(fake.url, retries=2).revoke("r/1", "stop")
+    assert res.duplicate and len(fake.requests) == 2
+    assert fake.requests[0][1] == "/v1/requests/r%2F1/revoke"
+    assert fake.requests[0][2] == fake.requests[1][2] == b'{"reason":"stop"}'
+
+
+def test_client_errors_are_not_retried(fake):
+    fake.answers += [(409, {"error": "conflict", "message": "closed"}, {})] * 3
+    with pytest.raises(errors.Conflict):
+        client(fake.url, retries=3).approve("r")
+    assert len(fake.requests) == 1
+
+
+def test_body_is_canonical_and_bearer_sent(fake):
+    fake.answers.append((201, {"record": {}, "leaf_hash": "0" * 64, "seq": 0,
+                               "duplicate": False}, {}))
+    client(fake.url).append_interrupt(
+        request_id="r", thread_id="t", interrupt_id="i",
+        action={"tool": "x", "args": {"b": 1, "a": 2}})
+    method, path, body, headers = fake.requests[0]
+    assert (method, path) == ("POST", "/v1/interrupts")
+    assert body == (b'{"action":{"args":{"a":2,"b":1},"tool":"x"},"interrupt_id":"i",'
+                    b'"request_id":"r","thread_id":"t"}')
+    assert headers["Authorization"] == "Bearer tok"
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_not_canonicalizable_is_refused_before_sending(fake):
+    with pytest.raises(errors.NotCanonicalizable):
+        client(fake.url).append_interrupt(
+            request_id="r", thread_id="t", interrupt_id="i",
+            action={"tool": "x", "args": {"n": 2**53}})
+    assert fake.requests == []
+
+
+def _dead_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_server_down_is_a_clear_connection_error():
+    c = LedgerClient(f"http://127.0.0.1:{_dead_port()}", "tok", retries=1, backoff=0.01)
+    with pytest.raises(errors.LedgerConnectionError) as info:
+        c.pending()
+    assert isinstance(info.value, ConnectionError)
+    assert "connection refused" in str(info.value)
+    assert info.value.retried == 1
+
+
+def test_server_down_means_the_wrapper_does_not_execute():
+    c = LedgerClient(f"http://127.0.0.1:{_dead_port()}", "tok", retries=1, backoff=0.01)
+    calls = []
+    approval = Approval(request_id="r", ticket_id="t", action={"tool": "refund", "args": {}},
+                        original_request_id="r")
+    with pytest.raises(errors.LedgerConnectionError):
+        execute_approved(c, approval, lambda args, idempotency_key: calls.append(args))
+    assert calls == []
+
+
+def test_denial_does_not_execute(fake):
+    denied = dict(RECORD_ANSWER, granted=False, code="approval_expired", idempotency_key=None)
+    fake.answers.append((200, denied, {}))
+    calls = []
+    approval = Approval(request_id="r", ticket_id="t", action={"tool": "refund", "args": {}},
+                        original_request_id="r")
+    out = execute_approved(client(fake.url), approval,
+                           lambda args, idempotency_key: calls.append(args))
+    assert calls == [] and not out.executed and out.code == "approval_expired"
+    fake.answers.append((200, denied, {}))
+    with pytest.raises(errors.AuthorizationDenied) as info:
+        execute_approved(client(fake.url), approval,
+                         lambda args, idempotency_key: calls.append(args), raise_on_deny=True)
+    assert info.value.code == "approval_expired" and calls == []
+
+
+def test_grant_passes_the_key_and_the_authorized_args(fake):
+    fake.answers += [(200, RECORD_ANSWER, {}),
+                     (201, {"record": {}, "leaf_hash": "1" * 64, "seq": 4, "duplicate": False},
+                      {})]
+    calls = []
+    action = {"tool": "refund", "args": {"order_id": "O-1", "amount_cents": 5}}
+    approval = Approval(request_id="r", ticket_id="t", action=action, original_request_id="r")
+
+    def side_effect(args, *, idempotency_key):
+        calls.append((args, idempotency_key))
+        return {"operation_id": "op-7"}
+
+    out = execute_approved(client(fake.url), approval, side_effect)
+    assert out.executed and calls == [(action["args"], "ab" * 32)]
+    follow = json.loads(fake.requests[1][2])
+    assert fake.requests[1][1] == "/v1/requests/r/follow-ups"
+    assert follow["outcome"] == "succeeded" and follow["operation_id"] == "op-7"
+    assert follow["follows"] == "00" * 32
+
+
+# ------------------------------------------------------------------ resume values
+
+
+def test_resume_value_carries_only_the_ticket():
+    from hitl_ledger.client import DecisionResult
+    from hitl_ledger.langgraph import resume_value
+
+    assert resume_value("01a22e83-a6b0-7681-a0b7-b52c93a79820") == {
+        "ticket_id": "01a22e83-a6b0-7681-a0b7-b52c93a79820"}
+    approve = DecisionResult(record={"kind": "decision", "body": {"decision": "approve"}},
+                             leaf_hash="0" * 64, seq=1, duplicate=False, status=201, raw={},
+                             ticket_id="tk")
+    assert resume_value(approve) == {"ticket_id": "tk"}
+    edit = DecisionResult(record={"kind": "decision", "body": {"decision": "edit"}},
+                          leaf_hash="0" * 64, seq=1, duplicate=False, status=201, raw={},
+                          ticket_id="tk2", new_request_id="new", edited_action=ACTION)
+    assert resume_value(edit) == {"ticket_id": "tk2", "request_id": "new",
+                                  "edited_action": ACTION}
+
+
+ACTION = {"tool": "refund", "args": {"order_id": "O-1"}}
+
+
+@pytest.mark.parametrize("value", [
+    {"ticket_id": "tk", "reviewer": "alice"},
+    {"ticket_id": "tk", "approved": True},
+    {"ticket_id": "tk", "args": {"order_id": "O-2"}},
+    {"ticket_id": "tk", "action": ACTION},
+    {"approved": True},
+    {"ticket_id": ""},
+    {"ticket_id": "tk", "request_id": "new"},                 # an edit without its action
+    {"ticket_id": "tk", "edited_action": ACTION},             # an edit without its request
+    {"ticket_id": "tk", "request_id": "orig", "edited_action": ACTION},  # not a new request
+    {"ticket_id": "tk", "request_id": "new", "edited_action": {"tool": "x", "args": []}},
+    True,
+    None,
+    ["tk"],
+])
+def test_parse_resume_refuses_anything_but_a_ticket(value):
+    from hitl_ledger.langgraph import parse_resume
+
+    with pytest.raises(errors.InvalidResume):
+        parse_resume(value, request_id="orig", action=ACTION)
+
+
+def test_parse_resume_edit_binds_the_new_request():
+    from hitl_ledger.langgraph import parse_resume
+
+    edited = {"tool": "refund", "args": {"order_id": "O-1", "amount_cents": 1}}
+    approval = parse_resume({"ticket_id": "tk", "request_id": "new", "edited_action": edited},
+                            request_id="orig", action=ACTION)
+    assert (approval.request_id, approval.original_request_id, approval.edited) == (
+        "new", "orig", True)
+    assert approval.action == edited
+    plain = parse_resume("tk", request_id="orig", action=ACTION)
+    assert (plain.request_id, plain.ticket_id, plain.action, plain.edited) == (
+        "orig", "tk", ACTION, False)
