@@ -179,6 +179,10 @@ impl Outcome {
     }
 }
 
+/// A page of a thread: (record, leaf hash, leaf) in thread order, and the `thread_seq` to
+/// continue after when the page was cut.
+pub type ThreadPage = (Vec<(Record, Hash, Vec<u8>)>, Option<u64>);
+
 /// File names inside the data directory.
 pub mod files {
     /// Configuration: format and origin.
@@ -849,7 +853,7 @@ impl Ledger {
         thread_id: &str,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<(Vec<(Record, Hash, Vec<u8>)>, Option<u64>)> {
+    ) -> Result<ThreadPage> {
         const PAGE_BYTES: usize = 16 << 20;
         let prefix = join(thread_id.as_bytes(), &[]);
         let start = match after {
@@ -989,8 +993,7 @@ impl Ledger {
     pub fn reindex(&self) -> Result<u64> {
         let _guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         // Check every record first: a rebuild must not launder a tampered log.
-        let mut expected = 0u64;
-        for item in self.store.iter_from(Cf::Records, &[]) {
+        for (expected, item) in (0u64..).zip(self.store.iter_from(Cf::Records, &[])) {
             let (k, leaf) = item?;
             let seq = read_be(&k)
                 .filter(|_| k.len() == 8)
@@ -1008,7 +1011,6 @@ impl Ledger {
                     r.seq
                 )));
             }
-            expected += 1;
         }
         for cf in Cf::DERIVED {
             self.store.clear(cf)?;
@@ -1021,7 +1023,7 @@ impl Ledger {
                 Record::from_leaf(&leaf).map_err(|e| Error::corrupt(format!("record {n}: {e}")))?;
             index::apply(&mut view, n, &merkle::leaf_hash(&leaf), &r)?;
             n += 1;
-            if n % 10_000 == 0 {
+            if n.is_multiple_of(10_000) {
                 let staged = view.take();
                 self.store.write(&staged, false)?;
             }

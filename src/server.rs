@@ -74,10 +74,10 @@ pub async fn serve(
                         let _ = tx.send(r);
                     }),
                 );
-                if submitted.is_ok() {
-                    if let Ok(Err(e)) = rx.await {
-                        tracing::warn!(error = %e, "timeout sweep failed");
-                    }
+                if submitted.is_ok()
+                    && let Ok(Err(e)) = rx.await
+                {
+                    tracing::warn!(error = %e, "timeout sweep failed");
                 }
             }
         })

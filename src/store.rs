@@ -102,6 +102,15 @@ impl Cf {
     }
 }
 
+/// One stored entry: key and value.
+pub type Entry = (Box<[u8]>, Box<[u8]>);
+
+/// Staged writes: a value to put, or `None` to delete, per family and key.
+pub type Staged = BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>>;
+
+/// One undo step: the key and what it held in the staging map before.
+type Undo = ((Cf, Vec<u8>), Option<Option<Vec<u8>>>);
+
 /// Big-endian bytes of a u64 (keys sort numerically).
 pub fn be(n: u64) -> [u8; 8] {
     n.to_be_bytes()
@@ -222,7 +231,7 @@ impl Store {
         &'a self,
         cf: Cf,
         start: &[u8],
-    ) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + 'a {
+    ) -> impl Iterator<Item = Result<Entry>> + 'a {
         self.db
             .iterator_cf(self.cf(cf), IteratorMode::From(start, Direction::Forward))
             .map(|r| {
@@ -236,7 +245,7 @@ impl Store {
         &'a self,
         cf: Cf,
         prefix: &'a [u8],
-    ) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + 'a {
+    ) -> impl Iterator<Item = Result<Entry>> + 'a {
         self.iter_from(cf, prefix)
             .take_while(move |r| r.as_ref().map_or(true, |(k, _)| k.starts_with(prefix)))
     }
@@ -245,7 +254,7 @@ impl Store {
     ///
     /// # Errors
     /// A storage error.
-    pub fn last(&self, cf: Cf) -> Result<Option<(Box<[u8]>, Box<[u8]>)>> {
+    pub fn last(&self, cf: Cf) -> Result<Option<Entry>> {
         match self.db.iterator_cf(self.cf(cf), IteratorMode::End).next() {
             None => Ok(None),
             Some(r) => Ok(Some(r?)),
@@ -256,7 +265,7 @@ impl Store {
     ///
     /// # Errors
     /// A storage error; then nothing of the batch is applied.
-    pub fn write(&self, ops: &BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>>, sync: bool) -> Result<()> {
+    pub fn write(&self, ops: &Staged, sync: bool) -> Result<()> {
         let mut batch = WriteBatch::default();
         for ((cf, k), v) in ops {
             match v {
@@ -325,8 +334,8 @@ pub enum Base<'a> {
 /// a group-commit batch be undone without touching the others.
 pub struct View<'a> {
     base: Base<'a>,
-    staged: BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>>,
-    undo: Vec<((Cf, Vec<u8>), Option<Option<Vec<u8>>>)>,
+    staged: Staged,
+    undo: Vec<Undo>,
 }
 
 impl<'a> View<'a> {
@@ -397,12 +406,12 @@ impl<'a> View<'a> {
     }
 
     /// The staged writes (for committing or comparing).
-    pub fn staged(&self) -> &BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>> {
+    pub fn staged(&self) -> &Staged {
         &self.staged
     }
 
     /// Takes the staged writes, leaving the view empty.
-    pub fn take(&mut self) -> BTreeMap<(Cf, Vec<u8>), Option<Vec<u8>>> {
+    pub fn take(&mut self) -> Staged {
         self.undo.clear();
         std::mem::take(&mut self.staged)
     }
