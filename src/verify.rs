@@ -56,7 +56,6 @@ pub fn sort_problems(p: &mut [Problem]) {
 struct PendingCheckpoint {
     size: u64,
     root: Hash,
-    trusted: bool,
 }
 
 /// Streaming check of the whole log: feed the records column family in key order, then
@@ -106,7 +105,7 @@ impl ChainCheck {
         };
         for (k, note_bytes) in stored_checkpoints {
             let key_size = read_be(k).filter(|_| k.len() == 8);
-            match c.parse_checkpoint(verifier, note_bytes, false) {
+            match c.parse_checkpoint(verifier, note_bytes) {
                 Ok(cp) => {
                     if key_size != Some(cp.size) {
                         c.problems.push(Problem::global(
@@ -133,17 +132,12 @@ impl ChainCheck {
         &self,
         verifier: &NoteVerifier,
         note_bytes: &[u8],
-        trusted: bool,
     ) -> Result<PendingCheckpoint, Problem> {
-        let (sig, body, origin) = if trusted {
-            ("trusted_signature", "trusted_body", "trusted_origin")
-        } else {
-            (
-                "checkpoint_signature",
-                "checkpoint_body",
-                "checkpoint_origin",
-            )
-        };
+        let (sig, body, origin) = (
+            "checkpoint_signature",
+            "checkpoint_body",
+            "checkpoint_origin",
+        );
         let opened = note::open(note_bytes, std::slice::from_ref(verifier)).map_err(|e| {
             Problem::global(
                 sig,
@@ -167,7 +161,6 @@ impl ChainCheck {
         Ok(PendingCheckpoint {
             size: cp.size,
             root: cp.root,
-            trusted,
         })
     }
 
@@ -181,14 +174,7 @@ impl ChainCheck {
             let cp = self.checkpoints.remove(0);
             let root = self.frontier.root();
             if !merkle::hashes_equal(&root, &cp.root) {
-                let (code, what) = if cp.trusted {
-                    (
-                        "trusted_root",
-                        "the trusted checkpoint (the log was rewritten)",
-                    )
-                } else {
-                    ("checkpoint_root", "the stored checkpoint")
-                };
+                let (code, what) = ("checkpoint_root", "the stored checkpoint");
                 self.problems.push(Problem::at(
                     code,
                     cp.size.saturating_sub(1),
@@ -345,14 +331,7 @@ impl ChainCheck {
     pub fn finish(mut self) -> Vec<Problem> {
         let n = self.next;
         for cp in std::mem::take(&mut self.checkpoints) {
-            let (code, what) = if cp.trusted {
-                (
-                    "trusted_size",
-                    "a trusted checkpoint (rollback or truncation)",
-                )
-            } else {
-                ("checkpoint_size", "the stored checkpoint (truncation)")
-            };
+            let (code, what) = ("checkpoint_size", "the stored checkpoint (truncation)");
             self.problems.push(Problem::at(
                 code,
                 n,

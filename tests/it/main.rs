@@ -3,7 +3,9 @@
 mod http;
 mod util;
 
+mod cli;
 mod gate;
 mod ledger;
+mod schemas;
 mod server;
 mod tamper;
