@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . scripts/env.sh
-cargo build --bin hitl-ledger
+# The same target set as scripts/test.sh, so both share one RocksDB build.
+cargo build --all-targets
 exec "$HITL_LEDGER_BIN" serve --init "$@"

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . scripts/env.sh
-cargo build --bin hitl-ledger
+# `cargo test --all-targets` also builds the binary the CLI, server and Python tests run. Every
+# script builds with the same target set, so RocksDB (about 15 minutes) is compiled once.
 cargo test --all-targets
 cargo test --doc
 # Python: one virtual environment for the interop checker and the client tests.
