@@ -807,6 +807,12 @@ fn serve(
             ..Default::default()
         },
     )?);
+    if let Some(e) = ledger.refuses_writes() {
+        eprintln!(
+            "warning: this ledger refuses every write until it is repaired: {}",
+            e.message()
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

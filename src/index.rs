@@ -138,9 +138,16 @@ pub fn idem_revoke(rid: &str) -> Vec<u8> {
 pub fn idem_follow_up(rid: &str, fid: &str) -> Vec<u8> {
     join(&join(b"follow_up", rid.as_bytes()), fid.as_bytes())
 }
-/// Key of a granted attempt.
-pub fn grant_key(ticket: &str, attempt: &str) -> Vec<u8> {
-    join(ticket.as_bytes(), attempt.as_bytes())
+/// Key of a granted attempt: the request, the ticket, the attempt id and the presented
+/// action's digest, so a retry finds exactly the grant it repeats.
+pub fn grant_key(request: &str, ticket: &str, attempt: &str, digest: &str) -> Vec<u8> {
+    join(
+        &join(
+            &join(request.as_bytes(), ticket.as_bytes()),
+            attempt.as_bytes(),
+        ),
+        digest.as_bytes(),
+    )
 }
 /// Key of a thread's record.
 pub fn thread_key(thread: &str, thread_seq: u64) -> Vec<u8> {
@@ -331,11 +338,16 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
                 st.used = true;
             }
             if granted && let Some(attempt) = r.body_str("attempt_id") {
-                view.put(
-                    Cf::Grants,
-                    grant_key(&body_str(r, "ticket_id"), attempt),
-                    be(seq).to_vec(),
+                let key = grant_key(
+                    rid,
+                    &body_str(r, "ticket_id"),
+                    attempt,
+                    &body_str(r, "action_digest"),
                 );
+                // The first grant of an attempt is the one a retry gets back.
+                if view.get(Cf::Grants, &key)?.is_none() {
+                    view.put(Cf::Grants, key, be(seq).to_vec());
+                }
             }
         }
         Kind::Refusal | Kind::Interrupt => {}

@@ -552,6 +552,12 @@ impl Ledger {
         Ok(())
     }
 
+    /// Why the ledger refuses to append, when its stored head contradicts its records or its
+    /// latest checkpoint (run `verify`, then `reindex`); `None` when it accepts writes.
+    pub fn refuses_writes(&self) -> Option<&Error> {
+        self.unwritable.as_ref()
+    }
+
     /// The log's origin.
     pub fn origin(&self) -> &str {
         &self.origin
@@ -1236,7 +1242,8 @@ impl Batch<'_, '_, '_> {
         let Some(store) = self.view.store() else {
             return Ok(Vec::new());
         };
-        let end = deadline_key(self.ts.micros(), "");
+        // Every deadline at or before ts is due (half-open: at expires_at it has passed).
+        let end = deadline_key(self.ts.micros().saturating_add(1), "");
         let mut due = Vec::new();
         for item in store.iter_from(Cf::Deadlines, &[]) {
             let (k, _) = item?;
@@ -1269,6 +1276,21 @@ impl Batch<'_, '_, '_> {
         sp: &mut usize,
     ) -> Result<Appended> {
         let rid = req.request_id.clone();
+        // The same request again is compared with what was stored, independently of the policy
+        // in force now: a policy change between a node's first run and its resume must not
+        // turn a replay into a conflict.
+        if let Some(seq) = index::seq_at(self.view, Cf::Idem, &index::idem_interrupt(&rid))? {
+            let (stored, _) = self.stored(seq)?;
+            if !self.same_interrupt(&stored, &req) {
+                return Err(idem_conflict(format!(
+                    "request {rid:?} already has a different interrupt (seq {seq})"
+                )));
+            }
+            let st = self.state(&rid)?;
+            self.due_timeout(&rid, &st)?;
+            *sp = self.view.savepoint();
+            return self.duplicate(seq, Extra::None);
+        }
         let policy = self.ledger.policy.for_tool(&req.action.tool);
         let window = match req.review_ttl_seconds {
             Some(t) if t > policy.review_window_seconds => {
@@ -1298,41 +1320,6 @@ impl Batch<'_, '_, '_> {
             "expires_at": self.ts.plus_seconds(window).to_string(),
             "edit_of": Value::Null,
         });
-        if let Some(seq) = index::seq_at(self.view, Cf::Idem, &index::idem_interrupt(&rid))? {
-            let (stored, _) = self.stored(seq)?;
-            let same_envelope = stored.thread_id == req.thread_id
-                && stored.checkpoint_ns == req.checkpoint_ns
-                && stored.checkpoint_id == req.checkpoint_id;
-            let same_body = [
-                "interrupt_id",
-                "tool",
-                "args",
-                "redacted",
-                "action_digest",
-                "allowed_decisions",
-                "edit_of",
-            ]
-            .iter()
-            .all(|k| stored.body.get(*k) == body.get(*k));
-            let stored_window = stored
-                .body_ts("expires_at")
-                .map(|e| e.micros() - stored.ts.micros());
-            let same_window = stored_window
-                == Some(
-                    i64::try_from(window)
-                        .unwrap_or(i64::MAX)
-                        .saturating_mul(1_000_000),
-                );
-            if !(same_envelope && same_body && same_window) {
-                return Err(idem_conflict(format!(
-                    "request {rid:?} already has a different interrupt (seq {seq})"
-                )));
-            }
-            let st = self.state(&rid)?;
-            self.due_timeout(&rid, &st)?;
-            *sp = self.view.savepoint();
-            return self.duplicate(seq, Extra::None);
-        }
         let d = Draft {
             kind: Kind::Interrupt,
             thread_id: req.thread_id,
@@ -1343,6 +1330,52 @@ impl Batch<'_, '_, '_> {
             body,
         };
         self.append(d, actor)
+    }
+
+    /// Whether `req` is the request that wrote `stored` (section 4: after defaults are filled,
+    /// ignoring the actor and `run_id`). The action is compared through the stored digest's
+    /// form, so redacted values are checked without being stored; the request's own `redact`
+    /// pointers must all have been applied; a `review_ttl_seconds` it names must be the window
+    /// recorded. Nothing here reads the current policy.
+    fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> bool {
+        let stored_digest = stored.body_str("action_digest").unwrap_or_default();
+        let keyed = stored_digest.starts_with(crate::action::HMAC_PREFIX);
+        let digest = req.action.digest(&self.ledger.key, &req.request_id, keyed);
+        let applied: Vec<&str> = stored
+            .body
+            .get("redacted")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let allowed: Vec<Value> = req
+            .allowed_decisions
+            .iter()
+            .map(|d| json!(d.as_str()))
+            .collect();
+        let window_ok = match req.review_ttl_seconds {
+            None => true,
+            Some(t) => {
+                let stored_window = stored
+                    .body_ts("expires_at")
+                    .map(|e| e.micros() - stored.ts.micros());
+                stored_window
+                    == Some(
+                        i64::try_from(t)
+                            .unwrap_or(i64::MAX)
+                            .saturating_mul(1_000_000),
+                    )
+            }
+        };
+        stored.thread_id == req.thread_id
+            && stored.checkpoint_ns == req.checkpoint_ns
+            && stored.checkpoint_id == req.checkpoint_id
+            && stored.body_str("interrupt_id") == Some(req.interrupt_id.as_str())
+            && stored.body_str("tool") == Some(req.action.tool.as_str())
+            && stored.body.get("edit_of").is_none_or(Value::is_null)
+            && merkle_str_eq(&digest, stored_digest)
+            && req.redact.iter().all(|p| applied.contains(&p.as_str()))
+            && stored.body.get("allowed_decisions") == Some(&Value::Array(allowed))
+            && window_ok
     }
 
     fn new_ticket() -> String {
@@ -1511,18 +1544,19 @@ impl Batch<'_, '_, '_> {
                     .body_str("superseded_by")
                     .unwrap_or_default()
                     .to_string();
-                let original = self.state(rid)?;
                 let edited = req
                     .edited_action
                     .as_ref()
                     .ok_or_else(|| Error::new(ErrorCode::MissingField, "edited_action"))?;
-                let (_, _, digest2) = self.edited_interrupt_parts(&original, &new_rid, edited)?;
+                // Compared in the form the new request's digest was stored in, whatever the
+                // policy says now.
+                let st2 = self.state(&new_rid)?;
+                let digest2 = edited.digest(&self.ledger.key, &new_rid, st2.keyed());
                 if stored.body_str("edited_digest") != Some(digest2.as_str()) {
                     return Err(idem_conflict(format!(
                         "request {rid:?} was already edited (seq {seq}) into another action"
                     )));
                 }
-                let st2 = self.state(&new_rid)?;
                 let d2 = st2
                     .decision
                     .ok_or_else(|| Error::corrupt("edit's new request has no approval"))?;
@@ -1598,6 +1632,8 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
+        // Section 3's order, all writing nothing: an unknown request, then a malformed ticket.
+        self.state(rid)?;
         crate::request::parse_ticket_id(&req.ticket_id)?;
         let st = self.state_after_timeout(rid, sp)?;
         let digest = req.action.digest(&self.ledger.key, rid, st.keyed());
@@ -1606,7 +1642,7 @@ impl Batch<'_, '_, '_> {
             && let Some(seq) = index::seq_at(
                 self.view,
                 Cf::Grants,
-                &index::grant_key(&req.ticket_id, attempt),
+                &index::grant_key(rid, &req.ticket_id, attempt, &digest),
             )?
         {
             let (prior, _) = self.stored(seq)?;
@@ -1746,6 +1782,8 @@ impl Batch<'_, '_, '_> {
         if let Some(rid) = &r.request_id
             && let Some(st) = index::request(self.view, rid)?
         {
+            // A due timeout is recorded before any operation that names an overdue request.
+            self.due_timeout(rid, &st)?;
             return self.append(Draft::for_request(Kind::Refusal, &st, rid, body), actor);
         }
         let thread = match &r.thread_id {

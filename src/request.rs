@@ -350,7 +350,8 @@ impl DecisionRequest {
 /// `POST /v1/requests/{id}/authorize`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthorizeRequest {
-    /// The ticket as presented (format checked at evaluation: `invalid_ticket_id`).
+    /// The ticket as presented; its format is checked at evaluation, after the request is
+    /// found (`invalid_ticket_id`).
     pub ticket_id: String,
     /// The call about to be made, in clear.
     pub action: Action,
@@ -379,8 +380,8 @@ impl AuthorizeRequest {
                 "checkpoint_id",
             ],
         )?;
+        // Its format is checked at evaluation, after the request is found (section 3's order).
         let ticket_id = f.req_str("ticket_id")?;
-        parse_ticket_id(&ticket_id)?;
         let action = Action::from_value(f.req("action")?)?;
         Ok(AuthorizeRequest {
             ticket_id,

@@ -303,7 +303,8 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
     let segs = segments(&path);
     let matched = match_route(&segs);
     let method = req.method().clone();
-    let is_v1 = path == "/v1" || path.starts_with("/v1/");
+    // Decided on the decoded path, so `/%76%31/...` is the same `/v1/...` for the append-only rule.
+    let is_v1 = segs.first().is_some_and(|s| s.as_deref() == Some("v1"));
     if is_v1 && (method == Method::PUT || method == Method::PATCH || method == Method::DELETE) {
         let allow = matched.as_ref().map_or("GET, POST", Route::allow);
         return refuse_write(st, &method, &path, &segs, actor, allow).await;
@@ -424,7 +425,16 @@ async fn read_json_body(req: Request) -> Result<serde_json::Map<String, Value>> 
             format!("a request body is at most {MAX_BODY_BYTES} bytes"),
         )
     };
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
+        // Read a moderately oversized body before answering, so a client that writes its whole
+        // body before reading gets the 413 rather than a reset connection; beyond that, close.
+        if n <= DRAIN_LIMIT as u64 {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                axum::body::to_bytes(req.into_body(), DRAIN_LIMIT),
+            )
+            .await;
+        }
         return Err(too_large());
     }
     let read = tokio::time::timeout(
@@ -441,6 +451,9 @@ async fn read_json_body(req: Request) -> Result<serde_json::Map<String, Value>> 
     let bytes = read.map_err(|_| too_large())?;
     parse_body(&bytes)
 }
+
+/// The largest oversized body read (and discarded) before answering 413.
+const DRAIN_LIMIT: usize = 4 << 20;
 
 fn path_id(field: &str, id: &str) -> Result<()> {
     check_id(field, id)

@@ -340,11 +340,17 @@ fn bad_gate_input_is_refused_and_writes_nothing() {
     f.interrupt("r", "t", refund(10));
     f.approve("r");
     let n = f.size();
-    let e = hitl_ledger::request::AuthorizeRequest::from_map(map(
-        json!({"ticket_id": "nope", "action": refund(1)}),
-    ))
-    .unwrap_err();
+    let e = f
+        .l()
+        .authorize("r", authorize_req("nope", refund(1), None), &agent())
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidTicketId);
+    // An unknown request is named first, even with a malformed ticket.
+    let e = f
+        .l()
+        .authorize("unknown", authorize_req("nope", refund(1), None), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::RequestNotFound);
     let e = hitl_ledger::request::AuthorizeRequest::from_map(map(
         json!({"ticket_id": OTHER_TICKET, "action": "refund"}),
     ))
@@ -484,4 +490,62 @@ fn the_gate_fails_closed_when_the_store_cannot_be_trusted() {
         .l()
         .authorize("r", authorize_req(&t, refund(10), None), &agent());
     assert!(r.is_err(), "no grant without a durable record");
+}
+
+/// Regression: a retry must find its own grant even after the same ticket and attempt id were
+/// granted (observe mode) on another request.
+#[test]
+fn retry_finds_its_grant_after_an_observe_grant_elsewhere() {
+    let f = Fixture::with_policy(Some(r#"{"tools": {"send_email": {"mode": "observe"}}}"#));
+    f.interrupt("r2", "t", refund(10));
+    let (t, _) = f.approve("r2");
+    let first = f.authorize("r2", &t, refund(10), Some("A"));
+    assert!(grant_of(&first).granted);
+    let email = json!({"tool": "send_email", "args": {"to": "x@example.com"}});
+    f.interrupt("e1", "t", email.clone());
+    f.approve("e1");
+    let observe = f.authorize("e1", &t, email, Some("A"));
+    assert_eq!(
+        observe.record.body["would_deny"],
+        "approval_request_mismatch"
+    );
+    let n = f.size();
+    let retry = f.authorize("r2", &t, refund(10), Some("A"));
+    assert!(retry.duplicate, "{:?}", retry.record.body);
+    assert_eq!(retry.seq, first.seq);
+    assert_eq!(f.size(), n);
+}
+
+#[test]
+fn a_sweep_at_the_exact_deadline_records_the_timeout() {
+    let f = Fixture::new();
+    f.interrupt("r", "t", refund(10));
+    let deadline = f.l().request_state("r").unwrap().unwrap().review_expires_at;
+    f.clock.set(Timestamp::from_micros(deadline));
+    let swept = f.l().sweep().unwrap();
+    assert_eq!(swept.len(), 1, "at expires_at the deadline has passed");
+    assert_eq!(swept[0].record.kind, Kind::Timeout);
+}
+
+#[test]
+fn a_refusal_naming_an_overdue_request_records_its_timeout_first() {
+    let f = Fixture::new();
+    f.interrupt("r", "t", refund(10));
+    f.advance_secs(3600);
+    let refusal = hitl_ledger::ledger::Refusal {
+        method: "DELETE".into(),
+        path: "/v1/requests/r".into(),
+        error: "append_only".into(),
+        request_id: Some("r".into()),
+        thread_id: None,
+    };
+    let a = f
+        .l()
+        .execute_one(hitl_ledger::ledger::Op::Refusal(refusal), &agent())
+        .unwrap()
+        .appended()
+        .unwrap();
+    assert_eq!(a.record.kind, Kind::Refusal);
+    let (before, _) = f.l().record(a.seq - 1).unwrap().unwrap();
+    assert_eq!(before.kind, Kind::Timeout);
 }

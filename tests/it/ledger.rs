@@ -296,3 +296,52 @@ fn init_keys_are_private_and_checkpoint_zero_is_signed() {
     let (code, _, _) = run(&dir.path().join("x"), &["init", "--origin", "bad origin"]);
     assert_eq!(code, 2);
 }
+
+/// Regression: replaying an interrupt (LangGraph re-runs the node on resume) after the policy
+/// changed is still the same request, and so is an edit replayed after a policy change.
+#[test]
+fn replays_survive_a_policy_change() {
+    let mut f = Fixture::new();
+    let a = f.interrupt("r1", "t1", refund(2500));
+    let wire = json!({"tool": "wire_transfer", "args": {"account": "DE89", "amount": "5"}});
+    let w = f.interrupt("w1", "t1", wire.clone());
+    let mut with_ttl = interrupt_req("r2", "t1", refund(1));
+    with_ttl.review_ttl_seconds = Some(1800);
+    f.l().interrupt(with_ttl.clone(), &agent()).unwrap();
+    let edit = hitl_ledger::request::DecisionRequest::from_map(map(json!({
+        "decision": "edit", "edited_action": {"tool": "wire_transfer", "args": {"account": "DE89", "amount": "4"}}})))
+    .unwrap();
+    let e = f.l().decide("w1", edit.clone(), &reviewer()).unwrap();
+    std::fs::write(
+        f.path().join("policy.json"),
+        r#"{"default": {"review_window_seconds": 600}, "tools": {"refund": {"redact": ["/order_id"]}}}"#,
+    )
+    .unwrap();
+    f.reopen();
+    let n = f.size();
+    let again = f
+        .l()
+        .interrupt(interrupt_req("r1", "t1", refund(2500)), &agent())
+        .unwrap();
+    assert!(again.duplicate && again.seq == a.seq);
+    let again = f
+        .l()
+        .interrupt(interrupt_req("w1", "t1", wire), &agent())
+        .unwrap();
+    assert!(again.duplicate && again.seq == w.seq);
+    let again = f.l().interrupt(with_ttl, &agent()).unwrap();
+    assert!(
+        again.duplicate,
+        "a review_ttl_seconds over today's window is still the same request"
+    );
+    let again = f.l().decide("w1", edit, &reviewer()).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.extra, e.extra);
+    assert_eq!(f.size(), n);
+    // A different action is still a conflict.
+    let err = f
+        .l()
+        .interrupt(interrupt_req("r1", "t1", refund(2501)), &agent())
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+}

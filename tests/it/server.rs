@@ -656,3 +656,34 @@ fn a_full_queue_is_refused_not_buffered() {
         "every accepted op is answered"
     );
 }
+
+/// Regression: a percent-encoded `/v1` is the same path for the append-only rule.
+#[test]
+fn encoded_v1_paths_are_append_only_too() {
+    let mut s = TestServer::start();
+    let a = s.addr;
+    post(
+        a,
+        "/v1/interrupts",
+        s.t("agent"),
+        &interrupt_body("r1", "t1"),
+    );
+    let before = s.size();
+    let r = send(
+        a,
+        "DELETE",
+        "/%76%31/requests/r1",
+        Some(s.t("agent")),
+        None,
+        b"",
+    )
+    .unwrap();
+    assert_eq!((r.status, r.code()), (405, "append_only".into()));
+    assert_eq!(s.size(), before + 1, "the attempt is recorded");
+    let recs = get(a, "/v1/requests/r1", s.t("auditor")).json()["records"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(recs.last().unwrap()["kind"], "refusal");
+    s.stop();
+}
