@@ -175,3 +175,45 @@ fn csv_cells_defuse_formulas() {
     assert_eq!(csv_cell("a,b"), "\"a,b\"");
     assert_eq!(csv_cell("say \"hi\""), "\"say \"\"hi\"\"\"");
 }
+
+/// No input makes bundle verification panic: thousands of byte mutations of a real bundle.
+#[test]
+fn bundle_verification_never_panics() {
+    let mut f = Fixture::new();
+    f.interrupt("r", "t", refund(5));
+    f.reject("r");
+    let bundle = serde_json::to_vec(&f.l().export("t").unwrap()).unwrap();
+    let key = f.l().verifier_key();
+    f.close();
+    assert_eq!(
+        hitl_ledger::verify::verify_bundle(&bundle, &key).exit_code(),
+        0
+    );
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..3000 {
+        let mut b = bundle.clone();
+        for _ in 0..(1 + next() % 4) {
+            let i = (next() as usize) % b.len();
+            match next() % 3 {
+                0 => b[i] = next() as u8,
+                1 => b.truncate(i),
+                _ => {
+                    b.remove(i);
+                }
+            }
+            if b.is_empty() {
+                break;
+            }
+        }
+        let r = hitl_ledger::verify::verify_bundle(&b, &key);
+        if b != bundle {
+            assert!(r.exit_code() <= 2);
+        }
+    }
+}

@@ -687,3 +687,96 @@ fn encoded_v1_paths_are_append_only_too() {
     assert_eq!(recs.last().unwrap()["kind"], "refusal");
     s.stop();
 }
+
+/// The server's logs never hold a token, the signing key or a redacted value.
+#[test]
+fn logs_hold_no_token_key_or_redacted_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(dir.path(), &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run(
+        dir.path(),
+        &[
+            "token",
+            "add",
+            "--principal",
+            "bot",
+            "--role",
+            "agent",
+            "--format",
+            "json",
+        ],
+    );
+    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log_path = dir.path().join("server.log");
+    let mut child = std::process::Command::new(bin())
+        .env("RUST_LOG", "trace")
+        .arg("--data")
+        .arg(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let secret = "DE89370400440532013000";
+    let body = json!({"request_id": "w1", "thread_id": "t", "interrupt_id": "i",
+        "action": {"tool": "wire_transfer", "args": {"account": secret, "amount": "10.00"}}});
+    assert_eq!(post(addr, "/v1/interrupts", &token, &body).status, 201);
+    let bad = json!({"request_id": "w2", "thread_id": "t", "interrupt_id": "i", "nope": secret,
+        "action": {"tool": "wire_transfer", "args": {"account": secret}}});
+    assert_eq!(post(addr, "/v1/interrupts", &token, &bad).status, 400);
+    assert_eq!(
+        send(
+            addr,
+            "GET",
+            "/v1/pending",
+            Some("hlt_not_a_token"),
+            None,
+            b""
+        )
+        .unwrap()
+        .status,
+        401
+    );
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(child.wait().unwrap().success());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("/v1/interrupts"),
+        "the log records requests: {log}"
+    );
+    let seed_line = std::fs::read_to_string(dir.path().join("signing.key")).unwrap();
+    let seed_b64 = seed_line
+        .trim()
+        .strip_prefix("PRIVATE+KEY+")
+        .unwrap()
+        .splitn(3, '+')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    assert_eq!(seed_b64.len(), 44);
+    for needle in [token.as_str(), "hlt_not_a_token", secret, seed_b64.as_str()] {
+        assert!(!log.contains(needle), "the log holds {needle:?}");
+    }
+}
