@@ -825,7 +825,8 @@ fn serve(
             .local_addr()
             .map_err(|e| Error::storage("listener", e))?;
         out(&format!("listening on {addr}"));
-        let state = crate::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit);
+        let state = crate::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
+            .watch_tokens_file(&tokens_path);
         crate::server::serve(listener, state, crate::server::shutdown_signal()).await?;
         let (cp, _) = ledger.latest_checkpoint()?;
         eprintln!("stopped; latest checkpoint covers {} records", cp.size);

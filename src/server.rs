@@ -24,8 +24,20 @@ use crate::request::{MAX_BODY_BYTES, parse_body};
 pub struct AppState {
     ledger: Arc<Ledger>,
     committer: Committer,
-    tokens: Tokens,
+    tokens: std::sync::RwLock<Tokens>,
+    tokens_file: Option<TokensFile>,
 }
+
+/// The tokens file the server watches, so `token add` (or removing a line) takes effect
+/// without a restart.
+struct TokensFile {
+    path: std::path::PathBuf,
+    /// When the file was last looked at, and its modification time then.
+    seen: std::sync::Mutex<(std::time::Instant, Option<std::time::SystemTime>)>,
+}
+
+/// How often the tokens file's modification time is looked at.
+const TOKENS_RECHECK: Duration = Duration::from_secs(1);
 
 impl AppState {
     /// State over an open ledger, its tokens, and a group-commit queue.
@@ -33,8 +45,47 @@ impl AppState {
         AppState {
             committer: Committer::start(Arc::clone(&ledger), commit),
             ledger,
-            tokens,
+            tokens: std::sync::RwLock::new(tokens),
+            tokens_file: None,
         }
+    }
+
+    /// Reloads the tokens from `path` whenever the file changes (looked at once a second at
+    /// most). A file that no longer parses keeps the tokens loaded before, with a warning.
+    pub fn watch_tokens_file(mut self, path: &std::path::Path) -> AppState {
+        let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        self.tokens_file = Some(TokensFile {
+            path: path.to_path_buf(),
+            seen: std::sync::Mutex::new((std::time::Instant::now(), mtime)),
+        });
+        self
+    }
+
+    fn authenticate(&self, token: &str) -> Option<TokenEntry> {
+        if let Some(f) = &self.tokens_file {
+            let mut seen = f.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.0.elapsed() >= TOKENS_RECHECK {
+                seen.0 = std::time::Instant::now();
+                let mtime = std::fs::metadata(&f.path).and_then(|m| m.modified()).ok();
+                if mtime != seen.1 {
+                    match Tokens::load(&f.path) {
+                        Ok(t) => {
+                            *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = t;
+                            seen.1 = mtime;
+                            tracing::info!(path = %f.path.display(), "reloaded the tokens file");
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the tokens file no longer loads; keeping the tokens loaded before")
+                        }
+                    }
+                }
+            }
+        }
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .authenticate(token)
+            .cloned()
     }
 
     /// Commits everything queued and stops the writer.
@@ -284,10 +335,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
             )
         };
     }
-    let Some(entry) = bearer(req.headers())
-        .and_then(|t| st.tokens.authenticate(t))
-        .cloned()
-    else {
+    let Some(entry) = bearer(req.headers()).and_then(|t| st.authenticate(t)) else {
         return error_response(
             &Error::new(
                 ErrorCode::Unauthenticated,

@@ -57,7 +57,8 @@ impl TestServer {
                 tx_addr.send(listener.local_addr().unwrap()).unwrap();
                 let ledger = Arc::new(Ledger::open(&path).unwrap());
                 let tokens = Tokens::load(&path.join("tokens.json")).unwrap();
-                let state = AppState::new(ledger, tokens, commit);
+                let state = AppState::new(ledger, tokens, commit)
+                    .watch_tokens_file(&path.join("tokens.json"));
                 serve(listener, state, async move {
                     let _ = stop_rx.await;
                 })
@@ -797,4 +798,21 @@ fn logs_hold_no_token_key_or_redacted_value() {
     for needle in [token.as_str(), "hlt_not_a_token", secret, seed_b64.as_str()] {
         assert!(!log.contains(needle), "the log holds {needle:?}");
     }
+}
+
+/// A token added while the server runs is honoured within about a second, without a restart.
+#[test]
+fn tokens_added_while_serving_take_effect() {
+    let mut s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    let late = add_token(&path, "late-auditor", Role::Auditor).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let r = get(s.addr, "/v1/pending", &late);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        get(s.addr, "/v1/pending", s.t("reviewer")).status,
+        200,
+        "old tokens still work"
+    );
+    s.stop();
 }
