@@ -1839,6 +1839,22 @@ impl VerifyReport {
     }
 }
 
+/// Where `verify` derives the indexes, inside the data directory (removed afterwards).
+const SCRATCH_DIR: &str = "verify-scratch";
+
+/// The scratch database of one `verify`, deleted when dropped (also on an early return).
+struct Scratch {
+    store: Option<Store>,
+    path: PathBuf,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        drop(self.store.take());
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 fn seq_of_entry(cf: Cf, k: &[u8], v: &[u8]) -> Option<u64> {
     match cf {
         Cf::Idem | Cf::Threads | Cf::ByHash | Cf::Grants => read_be(v),
@@ -1876,10 +1892,20 @@ impl Ledger {
             Some((k, _)) => read_be(&k).map_or(0, |s| s + 1),
             None => 0,
         };
-        let mut derived = View::new(Base::Empty);
+        // The indexes are derived into a scratch database beside the ledger, flushed every
+        // 10,000 records, so verifying holds O(chunk) in memory whatever the ledger's size.
+        let scratch_path = self.dir.join(SCRATCH_DIR);
+        let _ = std::fs::remove_dir_all(&scratch_path);
+        let scratch = Scratch {
+            store: Some(Store::open(&scratch_path, true)?),
+            path: scratch_path,
+        };
+        let scratch_store = scratch.store.as_ref().expect("opened above");
+        let mut derived = View::new(Base::Db(scratch_store));
         let mut derive_error: Option<Problem> = None;
         let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
         let mut iter = self.store.iter_from(Cf::Records, &[]);
+        let mut since_flush = 0usize;
         loop {
             chunk.clear();
             for item in iter.by_ref().take(4096) {
@@ -1910,8 +1936,14 @@ impl Ledger {
                     });
                 }
             }
+            since_flush += chunk.len();
+            if since_flush >= 10_000 {
+                scratch_store.write(&derived.take(), false)?;
+                since_flush = 0;
+            }
             progress(check.size(), total);
         }
+        scratch_store.write(&derived.take(), false)?;
         let records = check.size();
         let mut problems = check.finish();
         if let Some(t) = trusted {
@@ -1921,24 +1953,27 @@ impl Ledger {
             Some(p) => problems.push(p),
             None => {
                 for cf in Cf::DERIVED {
-                    let stored = self
-                        .store
-                        .iter_from(cf, &[])
-                        .map_while(|r| r.ok())
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()));
-                    let derived_entries = derived
-                        .staged()
-                        .range((cf, Vec::new())..)
-                        .take_while(|((c, _), _)| *c == cf)
-                        .filter_map(|((_, k), v)| v.as_deref().map(|v| (k.as_slice(), v)));
-                    if let Some(p) = compare_index(cf.name(), stored, derived_entries, |k, v| {
+                    let failed = std::cell::RefCell::new(None);
+                    let owned = |r: Result<crate::store::Entry>| match r {
+                        Ok((k, v)) => Some((k.to_vec(), v.to_vec())),
+                        Err(e) => {
+                            failed.borrow_mut().get_or_insert(e);
+                            None
+                        }
+                    };
+                    let stored = self.store.iter_from(cf, &[]).map_while(owned);
+                    let derived_entries = scratch_store.iter_from(cf, &[]).map_while(owned);
+                    let found = compare_index(cf.name(), stored, derived_entries, |k, v| {
                         seq_of_entry(cf, k, v)
-                    }) {
-                        problems.push(p);
+                    });
+                    if let Some(e) = failed.into_inner() {
+                        return Err(e);
                     }
+                    problems.extend(found);
                 }
             }
         }
+        drop(scratch);
         sort_problems(&mut problems);
         Ok(VerifyReport {
             records,

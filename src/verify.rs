@@ -357,10 +357,10 @@ impl ChainCheck {
 
 /// Compares a stored index column family with the one derived from the records, both sorted by
 /// key; reports the first difference. `seq_of` extracts the record a key/value names.
-pub fn compare_index<'a>(
+pub fn compare_index(
     name: &str,
     stored: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
-    derived: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    derived: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
     seq_of: impl Fn(&[u8], &[u8]) -> Option<u64>,
 ) -> Option<Problem> {
     let mut s = stored.peekable();
@@ -368,8 +368,8 @@ pub fn compare_index<'a>(
     loop {
         let problem = match (s.peek(), d.peek()) {
             (None, None) => return None,
-            (Some((sk, sv)), Some((dk, dv))) if sk.as_slice() == *dk => {
-                if sv.as_slice() != *dv {
+            (Some((sk, sv)), Some((dk, dv))) if sk == dk => {
+                if sv != dv {
                     // The later of the two records the entries name is where they diverge.
                     let seq = match (seq_of(dk, dv), seq_of(sk, sv)) {
                         (Some(a), Some(b)) => Some(a.max(b)),
@@ -390,7 +390,7 @@ pub fn compare_index<'a>(
                     None
                 }
             }
-            (Some((sk, sv)), Some((dk, _))) if sk.as_slice() < *dk => Some((
+            (Some((sk, sv)), Some((dk, _))) if sk < dk => Some((
                 seq_of(sk, sv),
                 format!(
                     "index {name} has entry {} that the records do not give",
