@@ -55,7 +55,11 @@ fn interrupt(i: u64, thread: &str) -> (Op, Actor) {
 fn ledger(n: u64) -> Arc<Ledger> {
     let dir = std::env::temp_dir().join(format!("hitl-ledger-bench-{n}"));
     let done = dir.join("bench-complete");
-    if !done.exists() {
+    // A cached ledger that no longer opens writable (say, from an older build) is rebuilt.
+    let usable = done.exists()
+        && Ledger::open(&dir)
+            .is_ok_and(|l| l.refuses_writes().is_none() && l.head().is_ok_and(|h| h.size == n));
+    if !usable {
         let _ = std::fs::remove_dir_all(&dir);
         Ledger::init(&dir, "bench.example/ledger").unwrap();
         let l = Ledger::open(&dir).unwrap();
