@@ -5,6 +5,7 @@ mod util;
 
 mod cli;
 mod gate;
+mod golden;
 mod ledger;
 mod schemas;
 mod server;
