@@ -96,6 +96,18 @@ impl Action {
     }
 
     /// `sha256:` + hex(SHA-256(JCS(action))): the digest of an action nobody redacted.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use hitl_ledger::action::Action;
+    /// let call = serde_json::json!({"tool": "refund", "args": {"order_id": "O-19", "amount_cents": 2500}});
+    /// let action = Action::from_value(&call).unwrap();
+    /// assert_eq!(
+    ///     action.plain_digest(),
+    ///     "sha256:1f26a5f21ffb774db15804e5f2be4a4bef0c832d13a230eeff194298a027315d"
+    /// );
+    /// ```
     pub fn plain_digest(&self) -> String {
         let bytes = jcs::to_vec(&self.to_value());
         format!("{SHA256_PREFIX}{}", hex::encode(Sha256::digest(&bytes)))

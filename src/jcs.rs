@@ -180,6 +180,13 @@ pub fn parse(bytes: &[u8], opts: ParseOptions) -> Result<Value, JcsError> {
 /// numbers.
 ///
 /// Nesting depth is not limited here: the writer uses an explicit stack, not recursion.
+///
+/// # Example
+///
+/// ```
+/// let v = serde_json::json!({"b": 1e21, "a": [0.1, -0.0, "é"]});
+/// assert_eq!(hitl_ledger::jcs::to_vec(&v), r#"{"a":[0.1,0,"é"],"b":1e+21}"#.as_bytes());
+/// ```
 pub fn to_vec(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     write(value, &mut out);

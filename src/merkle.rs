@@ -292,6 +292,20 @@ impl<E: std::error::Error + 'static> std::error::Error for ProofError<E> {
 /// - [`InclusionError::WrongProofLength`] if `proof` does not have the length required by
 ///   `index` and `size`.
 /// - [`InclusionError::RootMismatch`] if the recomputed root differs from `root`.
+///
+/// # Example
+///
+/// ```
+/// use hitl_ledger::merkle::{MemoryTree, inclusion_proof, leaf_hash, root, verify_inclusion};
+/// let mut tree = MemoryTree::new();
+/// for leaf in [&b"a"[..], b"b", b"c"] {
+///     tree.push(&leaf_hash(leaf));
+/// }
+/// let proof = inclusion_proof(&tree, 1, 3).unwrap();
+/// let r = root(&tree, 3).unwrap();
+/// assert!(verify_inclusion(&leaf_hash(b"b"), 1, 3, &proof, &r).is_ok());
+/// assert!(verify_inclusion(&leaf_hash(b"x"), 1, 3, &proof, &r).is_err());
+/// ```
 pub fn verify_inclusion(
     leaf_hash: &Hash,
     index: u64,
