@@ -532,45 +532,8 @@ fn sigkill_during_load_loses_no_acknowledged_append() {
 
 fn kill_during_load(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = run(dir.path(), &["init", "--origin", ORIGIN]);
-    assert_eq!(code, 0, "{err}");
-    let (_, out, _) = run(
-        dir.path(),
-        &[
-            "token",
-            "add",
-            "--principal",
-            "bot",
-            "--role",
-            "agent",
-            "--format",
-            "json",
-        ],
-    );
-    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let mut child = std::process::Command::new(bin())
-        .arg("--data")
-        .arg(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (mut child, addr, token) =
+        spawn_binary_server(dir.path(), std::process::Stdio::null(), None);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let handles: Vec<_> = (0..16)
         .map(|c| {
@@ -711,47 +674,9 @@ fn encoded_v1_paths_are_append_only_too() {
 #[test]
 fn logs_hold_no_token_key_or_redacted_value() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = run(dir.path(), &["init", "--origin", ORIGIN]);
-    assert_eq!(code, 0, "{err}");
-    let (_, out, _) = run(
-        dir.path(),
-        &[
-            "token",
-            "add",
-            "--principal",
-            "bot",
-            "--role",
-            "agent",
-            "--format",
-            "json",
-        ],
-    );
-    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let log_path = dir.path().join("server.log");
-    let mut child = std::process::Command::new(bin())
-        .env("RUST_LOG", "trace")
-        .arg("--data")
-        .arg(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (mut child, addr, token) = spawn_binary_server(dir.path(), log.into(), Some("trace"));
     let secret = "DE89370400440532013000";
     let body = json!({"request_id": "w1", "thread_id": "t", "interrupt_id": "i",
         "action": {"tool": "wire_transfer", "args": {"account": secret, "amount": "10.00"}}});
@@ -815,4 +740,57 @@ fn tokens_added_while_serving_take_effect() {
         "old tokens still work"
     );
     s.stop();
+}
+
+/// Initializes a ledger in `dir`, adds an agent token, and starts the real binary's `serve` on
+/// port 0: (child, address, agent token).
+fn spawn_binary_server(
+    dir: &std::path::Path,
+    stderr: std::process::Stdio,
+    rust_log: Option<&str>,
+) -> (std::process::Child, SocketAddr, String) {
+    let (code, _, err) = run(dir, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run(
+        dir,
+        &[
+            "token",
+            "add",
+            "--principal",
+            "bot",
+            "--role",
+            "agent",
+            "--format",
+            "json",
+        ],
+    );
+    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut cmd = std::process::Command::new(bin());
+    if let Some(level) = rust_log {
+        cmd.env("RUST_LOG", level);
+    }
+    let mut child = cmd
+        .arg("--data")
+        .arg(dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    (child, addr, token)
 }
