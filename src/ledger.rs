@@ -23,7 +23,7 @@ use crate::request::{
     AuthorizeRequest, DecisionKind, DecisionRequest, FollowUpRequest, InterruptRequest,
     RevokeRequest,
 };
-use crate::store::{Base, Cf, Store, View, be, deadline_key, join, read_be, split_deadline_key};
+use crate::store::{Cf, Store, View, be, deadline_key, join, read_be, split_deadline_key};
 
 /// One operation of a batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -520,7 +520,7 @@ impl Ledger {
     /// Checks that the stored head agrees with the records and the latest checkpoint, so the
     /// ledger never extends (or signs over) a tampered or truncated log.
     fn check_head(&self) -> Result<()> {
-        let view = View::new(Base::Db(&self.store));
+        let view = View::new(&self.store);
         let head = index::head(&view)?;
         let last_key = self.store.last(Cf::Records)?;
         let records = match last_key {
@@ -607,7 +607,7 @@ impl Ledger {
         if let Some(e) = &self.unwritable {
             return ops.iter().map(|_| Err(e.clone())).collect();
         }
-        let mut view = View::new(Base::Db(&self.store));
+        let mut view = View::new(&self.store);
         let head = match index::head(&view) {
             Ok(h) => h,
             Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
@@ -751,7 +751,7 @@ impl Ledger {
     // ---- reads ----
 
     fn read_view(&self) -> View<'_> {
-        View::new(Base::Db(&self.store))
+        View::new(&self.store)
     }
 
     /// The head: size, last hash, last ts.
@@ -1021,7 +1021,7 @@ impl Ledger {
         for cf in Cf::DERIVED {
             self.store.clear(cf)?;
         }
-        let mut view = View::new(Base::Db(&self.store));
+        let mut view = View::new(&self.store);
         let mut n = 0u64;
         for item in self.store.iter_from(Cf::Records, &[]) {
             let (_, leaf) = item?;
@@ -1037,7 +1037,7 @@ impl Ledger {
         let staged = view.take();
         self.store.write(&staged, true)?;
         // Checkpoints must agree with the rebuilt tree.
-        let view = View::new(Base::Db(&self.store));
+        let view = View::new(&self.store);
         let verifier = self.signer.verifier();
         for (k, note) in self.checkpoints()? {
             let size = read_be(&k).unwrap_or(u64::MAX);
@@ -1239,9 +1239,7 @@ impl Batch<'_, '_, '_> {
     }
 
     fn sweep(&mut self) -> Result<Vec<Appended>> {
-        let Some(store) = self.view.store() else {
-            return Ok(Vec::new());
-        };
+        let store = self.view.store();
         // Every deadline at or before ts is due (half-open: at expires_at it has passed).
         let end = deadline_key(self.ts.micros().saturating_add(1), "");
         let mut due = Vec::new();
@@ -1901,7 +1899,7 @@ impl Ledger {
             path: scratch_path,
         };
         let scratch_store = scratch.store.as_ref().expect("opened above");
-        let mut derived = View::new(Base::Db(scratch_store));
+        let mut derived = View::new(scratch_store);
         let mut derive_error: Option<Problem> = None;
         let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
         let mut iter = self.store.iter_from(Cf::Records, &[]);

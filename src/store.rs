@@ -321,26 +321,17 @@ impl Store {
     }
 }
 
-/// Where a [`View`] reads what it has not staged itself.
-#[derive(Clone, Copy)]
-pub enum Base<'a> {
-    /// The database.
-    Db(&'a Store),
-    /// Nothing: a derivation from scratch held in memory (used by `verify`).
-    Empty,
-}
-
-/// Staged writes over a base: reads see staged values first. Savepoints let one operation of
+/// Staged writes over a store: reads see staged values first. Savepoints let one operation of
 /// a group-commit batch be undone without touching the others.
 pub struct View<'a> {
-    base: Base<'a>,
+    base: &'a Store,
     staged: Staged,
     undo: Vec<Undo>,
 }
 
 impl<'a> View<'a> {
     /// An empty view over `base`.
-    pub fn new(base: Base<'a>) -> View<'a> {
+    pub fn new(base: &'a Store) -> View<'a> {
         View {
             base,
             staged: BTreeMap::new(),
@@ -356,10 +347,7 @@ impl<'a> View<'a> {
         if let Some(v) = self.staged.get(&(cf, key.to_vec())) {
             return Ok(v.clone());
         }
-        match self.base {
-            Base::Db(s) => s.get(cf, key),
-            Base::Empty => Ok(None),
-        }
+        self.base.get(cf, key)
     }
 
     fn set(&mut self, cf: Cf, key: Vec<u8>, value: Option<Vec<u8>>) {
@@ -416,12 +404,9 @@ impl<'a> View<'a> {
         std::mem::take(&mut self.staged)
     }
 
-    /// The base store, if any.
-    pub fn store(&self) -> Option<&'a Store> {
-        match self.base {
-            Base::Db(s) => Some(s),
-            Base::Empty => None,
-        }
+    /// The store the view reads through.
+    pub fn store(&self) -> &'a Store {
+        self.base
     }
 }
 
@@ -444,6 +429,6 @@ impl NodeSource for View<'_> {
 impl NodeSource for Store {
     type Error = Error;
     fn node(&self, level: u32, index: u64) -> Result<Hash> {
-        View::new(Base::Db(self)).node(level, index)
+        View::new(self).node(level, index)
     }
 }
