@@ -8,9 +8,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use hitl_ledger::ledger::{Appended, Extra, Op, Refusal};
 use hitl_ledger::record::{Actor, hex_hash};
-use hitl_ledger::request::{
-    AuthorizeRequest, DecisionRequest, FollowUpRequest, InterruptRequest, RevokeRequest,
-};
 use jsonschema::{Draft, Registry, Resource, Validator};
 use serde_json::{Value, json};
 
@@ -644,34 +641,33 @@ impl Run<'_> {
         a.clone()
     }
 
+    /// Validates a request body against its schema, runs it as the route would, and
+    /// validates the answer.
+    fn append(&self, kind: &str, rid: Option<&str>, body: Value, actor: Actor) -> Appended {
+        validate(&format!("request-{kind}.json"), &body);
+        let op = Op::from_body(kind, rid.map(str::to_owned), map(body)).unwrap();
+        let outcome = self.f.l().execute_one(op, &actor).unwrap();
+        self.answer(&outcome.appended().unwrap())
+    }
+
     fn interrupt(&self, body: Value) -> Appended {
-        validate("request-interrupt.json", &body);
-        let req = InterruptRequest::from_map(map(body)).unwrap();
-        self.answer(&self.f.l().interrupt(req, &agent()).unwrap())
+        self.append("interrupt", None, body, agent())
     }
 
     fn decide(&self, rid: &str, body: Value) -> Appended {
-        validate("request-decision.json", &body);
-        let req = DecisionRequest::from_map(map(body)).unwrap();
-        self.answer(&self.f.l().decide(rid, req, &reviewer()).unwrap())
+        self.append("decision", Some(rid), body, reviewer())
     }
 
     fn authorize(&self, rid: &str, body: Value) -> Appended {
-        validate("request-authorize.json", &body);
-        let req = AuthorizeRequest::from_map(map(body)).unwrap();
-        self.answer(&self.f.l().authorize(rid, req, &agent()).unwrap())
+        self.append("authorize", Some(rid), body, agent())
     }
 
     fn revoke(&self, rid: &str, body: Value) -> Appended {
-        validate("request-revoke.json", &body);
-        let req = RevokeRequest::from_map(map(body)).unwrap();
-        self.answer(&self.f.l().revoke(rid, req, &agent()).unwrap())
+        self.append("revoke", Some(rid), body, agent())
     }
 
     fn follow_up(&self, rid: &str, body: Value) -> Appended {
-        validate("request-follow_up.json", &body);
-        let req = FollowUpRequest::from_map(map(body)).unwrap();
-        self.answer(&self.f.l().follow_up(rid, req, &agent()).unwrap())
+        self.append("follow_up", Some(rid), body, agent())
     }
 
     fn refusal(&self, method: &str, path: &str, rid: Option<&str>, tid: Option<&str>) {
