@@ -1231,6 +1231,16 @@ impl Batch<'_, '_, '_> {
     /// refusal of the operation (the savepoint moves past it).
     fn state_after_timeout(&mut self, rid: &str, sp: &mut usize) -> Result<RequestState> {
         let st = self.state(rid)?;
+        self.after_timeout(rid, st, sp)
+    }
+
+    /// As [`Batch::state_after_timeout`], for a state already loaded.
+    fn after_timeout(
+        &mut self,
+        rid: &str,
+        st: RequestState,
+        sp: &mut usize,
+    ) -> Result<RequestState> {
         if self.due_timeout(rid, &st)?.is_some() {
             *sp = self.view.savepoint();
             return self.state(rid);
@@ -1631,9 +1641,9 @@ impl Batch<'_, '_, '_> {
         sp: &mut usize,
     ) -> Result<Appended> {
         // Section 3's order, all writing nothing: an unknown request, then a malformed ticket.
-        self.state(rid)?;
+        let st = self.state(rid)?;
         crate::request::parse_ticket_id(&req.ticket_id)?;
-        let st = self.state_after_timeout(rid, sp)?;
+        let st = self.after_timeout(rid, st, sp)?;
         let digest = req.action.digest(&self.ledger.key, rid, st.keyed());
         // A retried attempt whose earlier evaluation was a grant gets that grant back.
         if let Some(attempt) = &req.attempt_id
