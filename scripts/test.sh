@@ -13,4 +13,4 @@ cargo test --doc
 VENV="${CARGO_TARGET_DIR%/target}/venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt -e clients/python
-"$VENV/bin/python" -m pytest -q tests/interop tests/python
+"$VENV/bin/python" -m pytest -q tests/scripts tests/interop tests/python

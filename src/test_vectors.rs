@@ -1,14 +1,13 @@
-//! Loading of the shared known-answer vectors (`../shared/vectors/`), for tests only.
+//! Loading of the known-answer vectors in `tests/vectors/`, for tests only. The folder is part
+//! of the repository; a missing or edited file fails the tests, it never skips them.
 
 use std::path::PathBuf;
 
-/// The folder holding the shared vectors: `HITL_LEDGER_VECTORS` when set, else
-/// `<crate>/../shared/vectors`.
+use sha2::{Digest, Sha256};
+
+/// The repository's vectors folder, `<crate>/tests/vectors`.
 pub fn dir() -> PathBuf {
-    match std::env::var_os("HITL_LEDGER_VECTORS") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors"),
-    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
 }
 
 /// Parses one vector file (e.g. `"jcs.json"`) as JSON; panics with the path when it is missing.
@@ -17,4 +16,38 @@ pub fn load(name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read vector file {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
+}
+
+/// The SHA-256 of each vector file as copied, recorded in `tests/vectors/README.md`.
+const RECORDED: [(&str, &str); 4] = [
+    (
+        "action_digest.json",
+        "baef69bc93781d7c13c39bae4e4249cbb6257cfbf2808159bdf89c15f2000c88",
+    ),
+    (
+        "jcs.json",
+        "05b0cf1d3287465911a66ccf8a1949a7e3056efd34d792b82e6d32a28b329e36",
+    ),
+    (
+        "merkle_rfc6962.json",
+        "f67395163b00e89c97dd147fd68dcc9109eb8f2c1683e37414389a39b44165a0",
+    ),
+    (
+        "signed_note.json",
+        "67daaec4950d5daf12331a4e9696def4ccd6daefe598c3ebe729f181ba144bd0",
+    ),
+];
+
+#[test]
+fn vectors_are_the_recorded_bytes() {
+    for (name, sha) in RECORDED {
+        let path = dir().join(name);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("cannot read vector file {}: {e}", path.display()));
+        assert_eq!(
+            hex::encode(Sha256::digest(&bytes)),
+            sha,
+            "{name} differs from the bytes recorded in tests/vectors/README.md"
+        );
+    }
 }

@@ -1,6 +1,6 @@
-"""Shared test helpers: where the server binary is, and the shared known-answer vectors
-(``HITL_LEDGER_VECTORS`` when set, else the ``shared/vectors`` folder beside the repository, as
-the Rust tests find them)."""
+"""Test helpers: where the server binary is, and the known-answer vectors in the repository's
+``tests/vectors`` folder (the same files the Rust tests read). A missing vector file is an
+error, never a skip."""
 
 from __future__ import annotations
 
@@ -18,15 +18,11 @@ def ledger_bin() -> Path:
 
 
 def vectors_dir() -> Path:
-    env = os.environ.get("HITL_LEDGER_VECTORS")
-    if env:
-        return Path(env)
-    for candidate in (REPO.parent / "shared" / "vectors", REPO / "shared" / "vectors"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(
-        f"shared vectors not found beside {REPO}; set HITL_LEDGER_VECTORS to their folder"
-    )
+    """The repository's ``tests/vectors`` folder; raises when it is missing."""
+    d = REPO / "tests" / "vectors"
+    if not d.is_dir():
+        raise FileNotFoundError(f"the vectors folder {d} is missing from the repository")
+    return d
 
 
 def load_vector(name: str):

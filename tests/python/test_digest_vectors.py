@@ -1,4 +1,4 @@
-"""Fast unit tests: the client's JCS and action digest against the shared known-answer vectors.
+"""Fast unit tests: the client's JCS and action digest against the known-answer vectors in tests/vectors.
 
 These need no server. The same cases are checked by the Rust canonicalizer (src/jcs.rs), so a
 pass here means the client and the ledger digest every case identically.
