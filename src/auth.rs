@@ -101,7 +101,19 @@ impl Tokens {
         let file: TokensFile = serde_json::from_str(&text)
             .map_err(|e| Error::new(ErrorCode::Usage, format!("{}: {e}", path.display())))?;
         let mut entries = Vec::new();
-        for e in file.tokens {
+        for (i, e) in file.tokens.into_iter().enumerate() {
+            // A principal becomes every record's actor: one that breaks the id rule would be
+            // written into leaves that cannot be read back.
+            check_id("principal", &e.principal).map_err(|err| {
+                Error::new(
+                    ErrorCode::Usage,
+                    format!(
+                        "{}: token {i}: {} (fix or remove the entry)",
+                        path.display(),
+                        err.message()
+                    ),
+                )
+            })?;
             let mut h = [0u8; 32];
             hex::decode_to_slice(&e.sha256, &mut h).map_err(|_| {
                 Error::new(

@@ -55,8 +55,11 @@ pub enum ErrorCode {
     RecordTooLarge,
     /// A body that is not `application/json`.
     UnsupportedMediaType,
-    /// The writer queue is full.
+    /// The writer queue is full, or too many request bytes are in flight.
     Overloaded,
+    /// A write or sync failed earlier: the outcome of that write is unknown, and the server
+    /// accepts no write until it is restarted and has reopened the store (reads go on).
+    Unwritable,
     /// Bad command-line usage or configuration (CLI only).
     Usage,
     /// The data directory is missing, already initialized, or held by another process.
@@ -99,6 +102,7 @@ impl ErrorCode {
             RecordTooLarge => "record_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             Overloaded => "overloaded",
+            Unwritable => "unwritable",
             Usage => "usage",
             DataDir => "data_dir",
             Storage => "storage_error",
@@ -121,7 +125,7 @@ impl ErrorCode {
             Conflict | IdempotencyConflict => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,
-            Overloaded | DataDir => 503,
+            Overloaded | Unwritable | DataDir => 503,
             Storage | Corrupt | Internal => 500,
         }
     }
@@ -167,9 +171,14 @@ impl Error {
         &self.message
     }
 
-    /// A storage error from RocksDB or the file system.
+    /// A storage error from the storage engine or the file system. Its message never names a
+    /// file-system path (contract section 6): every word holding a `/` is cut to its last
+    /// component.
     pub fn storage(context: &str, err: impl fmt::Display) -> Self {
-        Error::new(ErrorCode::Storage, format!("{context}: {err}"))
+        Error::new(
+            ErrorCode::Storage,
+            without_paths(&format!("{context}: {err}")),
+        )
     }
 
     /// A corrupt or tampered store.
@@ -208,6 +217,33 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// `text` with every whitespace-separated word that holds a `/` cut to what follows its last
+/// `/`, so a message carries a file's name (`000008.log`) but never where it lives.
+pub fn without_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    // Words with a slash that are not paths (errno texts, our own messages).
+    const NOT_PATHS: [&str; 4] = ["Input/output", "I/O", "i/o", "read/write"];
+    let flush = |word: &mut String, out: &mut String| {
+        let bare = word.trim_matches(|c: char| !c.is_alphanumeric() && c != '/');
+        match word.rfind('/') {
+            Some(i) if !NOT_PATHS.contains(&bare) => out.push_str(&word[i + 1..]),
+            _ => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_whitespace() {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -227,5 +263,20 @@ mod tests {
         assert_eq!(ErrorCode::UnsupportedMediaType.http_status(), 415);
         assert_eq!(ErrorCode::Overloaded.http_status(), 503);
         assert_eq!(ErrorCode::Conflict.as_str(), "conflict");
+        assert_eq!(ErrorCode::Unwritable.http_status(), 503);
+        assert_eq!(ErrorCode::Unwritable.as_str(), "unwritable");
+    }
+
+    #[test]
+    fn storage_errors_name_no_path() {
+        let e = Error::storage(
+            "write",
+            "IO error: While fdatasync: /var/lib/hitl/db/000008.log: Input/output error",
+        );
+        assert_eq!(
+            e.message(),
+            "write: IO error: While fdatasync: 000008.log: Input/output error"
+        );
+        assert!(!e.message().contains("/var"));
     }
 }

@@ -78,6 +78,13 @@ pub enum JcsError {
     },
     /// [`format_number`] was given NaN or ±Infinity, which JSON cannot express.
     NonFinite,
+    /// The bare tokens `NaN`, `Infinity` or `-Infinity` (which Python's `json.dumps` writes):
+    /// not JSON, but a number that no canonical form can hold, so reported as
+    /// `not_canonicalizable` rather than as a syntax error.
+    NonFiniteLiteral {
+        /// Byte offset of the first character of the token.
+        offset: usize,
+    },
 }
 
 impl JcsError {
@@ -105,7 +112,7 @@ impl fmt::Display for JcsError {
             }
             JcsError::TooDeep { offset } => write!(
                 f,
-                "JSON nesting deeper than {MAX_DEPTH} arrays/objects at byte offset {offset}"
+                "JSON nesting deeper than the limit of nested arrays/objects at byte offset {offset}"
             ),
             JcsError::DuplicateKey { offset, key } => {
                 write!(f, "duplicate object key {key:?} at byte offset {offset}")
@@ -122,6 +129,10 @@ impl fmt::Display for JcsError {
                 "integer at byte offset {offset} exceeds the safe range ±(2^53-1)"
             ),
             JcsError::NonFinite => write!(f, "NaN and Infinity cannot be represented in JSON"),
+            JcsError::NonFiniteLiteral { offset } => write!(
+                f,
+                "NaN or Infinity at byte offset {offset}: no canonical JSON number holds it"
+            ),
         }
     }
 }
@@ -135,6 +146,10 @@ pub struct ParseOptions {
     /// [`MAX_SAFE_INTEGER`] fails with [`JcsError::UnsafeInteger`] instead of being rounded to
     /// the nearest double.
     pub reject_unsafe_integers: bool,
+    /// The deepest nesting of arrays and objects accepted (the outermost value is level 1);
+    /// `None` means [`MAX_DEPTH`]. Request bodies use 64 so that every record built from one
+    /// stays within what the leaf parser reads back.
+    pub max_depth: Option<usize>,
 }
 
 /// Parses JSON bytes strictly into a [`serde_json::Value`].
@@ -148,7 +163,8 @@ pub struct ParseOptions {
 /// - [`JcsError::InvalidUtf8`] if the bytes are not UTF-8;
 /// - [`JcsError::Syntax`] for any grammar violation (including a byte order mark, empty input,
 ///   trailing characters, raw control characters in strings);
-/// - [`JcsError::TooDeep`] for nesting deeper than [`MAX_DEPTH`];
+/// - [`JcsError::TooDeep`] for nesting deeper than `opts.max_depth` (default [`MAX_DEPTH`]);
+/// - [`JcsError::NonFiniteLiteral`] for the bare tokens `NaN`, `Infinity`, `-Infinity`;
 /// - [`JcsError::DuplicateKey`] when an object repeats a member name;
 /// - [`JcsError::LoneSurrogate`] for an unpaired `\uD800`–`\uDFFF` escape;
 /// - [`JcsError::NumberOutOfRange`] for a number that overflows a double;
@@ -364,6 +380,15 @@ impl Parser<'_> {
             Some(b'{') => self.parse_object(depth + 1),
             Some(b'[') => self.parse_array(depth + 1),
             Some(b'"') => self.parse_string().map(Value::String),
+            Some(b'N') if self.bytes[self.pos..].starts_with(b"NaN") => {
+                Err(JcsError::NonFiniteLiteral { offset: self.pos })
+            }
+            Some(b'I') if self.bytes[self.pos..].starts_with(b"Infinity") => {
+                Err(JcsError::NonFiniteLiteral { offset: self.pos })
+            }
+            Some(b'-') if self.bytes[self.pos..].starts_with(b"-Infinity") => {
+                Err(JcsError::NonFiniteLiteral { offset: self.pos })
+            }
             Some(b'-' | b'0'..=b'9') => self.parse_number(),
             Some(b't') => self.parse_literal("true", Value::Bool(true)),
             Some(b'f') => self.parse_literal("false", Value::Bool(false)),
@@ -386,7 +411,7 @@ impl Parser<'_> {
 
     fn parse_array(&mut self, depth: usize) -> Result<Value, JcsError> {
         let open = self.pos;
-        if depth > MAX_DEPTH {
+        if depth > self.opts.max_depth.unwrap_or(MAX_DEPTH) {
             return Err(JcsError::TooDeep { offset: open });
         }
         self.pos += 1; // '['
@@ -417,7 +442,7 @@ impl Parser<'_> {
 
     fn parse_object(&mut self, depth: usize) -> Result<Value, JcsError> {
         let open = self.pos;
-        if depth > MAX_DEPTH {
+        if depth > self.opts.max_depth.unwrap_or(MAX_DEPTH) {
             return Err(JcsError::TooDeep { offset: open });
         }
         self.pos += 1; // '{'
@@ -679,10 +704,44 @@ mod tests {
 
     const LAX: ParseOptions = ParseOptions {
         reject_unsafe_integers: false,
+        max_depth: None,
     };
     const STRICT: ParseOptions = ParseOptions {
         reject_unsafe_integers: true,
+        max_depth: None,
     };
+
+    #[test]
+    fn bare_non_finite_tokens_are_not_canonicalizable() {
+        for (text, offset) in [("NaN", 0), ("[1, Infinity]", 4), ("{\"a\": -Infinity}", 6)] {
+            let e = err(text.as_bytes());
+            assert_eq!(e, JcsError::NonFiniteLiteral { offset }, "{text}");
+            assert!(
+                !e.is_syntax(),
+                "{text} is not canonicalizable, not a syntax error"
+            );
+        }
+        // Look-alikes stay syntax errors.
+        for text in ["Nan", "Inf", "-Inf", "nan"] {
+            assert!(err(text.as_bytes()).is_syntax(), "{text}");
+        }
+    }
+
+    #[test]
+    fn max_depth_is_configurable() {
+        let opts = ParseOptions {
+            max_depth: Some(64),
+            ..LAX
+        };
+        let ok = format!("{}{}", "[".repeat(64), "]".repeat(64));
+        assert!(parse(ok.as_bytes(), opts).is_ok());
+        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
+        assert_eq!(
+            parse(deep.as_bytes(), opts).unwrap_err(),
+            JcsError::TooDeep { offset: 64 }
+        );
+        assert!(parse(deep.as_bytes(), LAX).is_ok());
+    }
 
     fn canon(s: &str) -> Result<String, JcsError> {
         canonicalize_text(s.as_bytes(), LAX).map(|b| String::from_utf8(b).expect("utf8 output"))
@@ -964,9 +1023,8 @@ mod tests {
             b"tru",
             b"True",
             b"nul",
-            b"NaN",
-            b"Infinity",
-            b"-Infinity",
+            // (The bare NaN / Infinity / -Infinity tokens are not_canonicalizable, not syntax:
+            // bare_non_finite_tokens_are_not_canonicalizable.)
             b"[1,2",
             b"{\"a\":1",
             b"{\"a\":",

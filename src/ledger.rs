@@ -265,6 +265,37 @@ fn lock_dir(dir: &Path) -> Result<DirLock> {
     Ok(DirLock { _file: file })
 }
 
+/// Sets the process's umask to 0077, so that every file and folder the ledger (and RocksDB
+/// inside it) creates from now on is readable by its owner only (0600 and 0700). Called by
+/// [`Ledger::init`] and [`Ledger::open_with`]; the umask is process-wide.
+pub fn private_umask() {
+    // SAFETY: umask has no preconditions and cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
+}
+
+/// Refuses a data directory that other local users can read, write or enter: every record
+/// and both secrets are in it.
+fn check_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(()); // a missing directory is reported by what reads it next
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(Error::new(
+            ErrorCode::DataDir,
+            format!(
+                "the data directory {} has mode {mode:04o}: other local users can reach its records and keys; restrict it with `chmod -R go-rwx {}` and start again",
+                dir.display(),
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn write_secret_file(path: &Path, contents: &[u8]) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
@@ -343,6 +374,9 @@ pub struct Ledger {
     writer: Mutex<()>,
     /// Why the ledger refuses to write (its stored head contradicts itself), if it does.
     unwritable: Option<Error>,
+    /// Set when a commit failed (a write or sync error): that write's outcome is unknown, and
+    /// no further write is accepted until the ledger is reopened (contract section 6).
+    failed: Mutex<Option<String>>,
     metrics: Metrics,
     _lock: DirLock,
 }
@@ -377,8 +411,14 @@ impl Ledger {
                 ),
             ));
         }
+        private_umask();
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::storage(&format!("creating {}", dir.display()), e))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| Error::storage(&format!("restricting {}", dir.display()), e))?;
+        }
         let _lock = lock_dir(dir)?;
         if dir.join(files::CONFIG).exists() || dir.join(files::DB).exists() {
             return Err(Error::new(
@@ -442,6 +482,8 @@ impl Ledger {
     /// # Errors
     /// As [`Ledger::open`], and `usage` for an invalid policy.
     pub fn open_with(dir: &Path, opts: LedgerOptions) -> Result<Ledger> {
+        private_umask();
+        check_private(dir)?;
         let config_path = dir.join(files::CONFIG);
         let config = std::fs::read_to_string(&config_path).map_err(|_| {
             Error::new(
@@ -510,6 +552,7 @@ impl Ledger {
             clock: opts.clock,
             writer: Mutex::new(()),
             unwritable: None,
+            failed: Mutex::new(None),
             metrics: Metrics::default(),
             _lock: lock,
         };
@@ -518,36 +561,71 @@ impl Ledger {
     }
 
     /// Checks that the stored head agrees with the records and the latest checkpoint, so the
-    /// ledger never extends (or signs over) a tampered or truncated log.
+    /// ledger never extends (or signs over) a tampered or truncated log: the derived head
+    /// names as many records as are stored, its leaf hash and `ts` are the last record's, the
+    /// latest signed checkpoint covers exactly those records (every batch signs its own, so a
+    /// record beyond it was not committed by the ledger), the last record is included in that
+    /// checkpoint's tree, and the stored tree nodes give that checkpoint's root.
     fn check_head(&self) -> Result<()> {
         let view = View::new(&self.store);
         let head = index::head(&view)?;
-        let last_key = self.store.last(Cf::Records)?;
-        let records = match last_key {
+        let refuse = |m: String| Err(Error::corrupt(format!("{m}; run `hitl-ledger verify`")));
+        let last = self.store.last(Cf::Records)?;
+        let records = match &last {
             None => 0,
-            Some((k, _)) => read_be(&k).map_or(u64::MAX, |s| s.saturating_add(1)),
+            Some((k, _)) => read_be(k).map_or(u64::MAX, |s| s.saturating_add(1)),
         };
         if records != head.size {
-            return Err(Error::corrupt(format!(
-                "the index says {} records but the records end at {records}; run `hitl-ledger verify`",
+            return refuse(format!(
+                "the index says {} records but the records end at {records}",
                 head.size
-            )));
+            ));
         }
-        if let Some(cp) = self.latest_checkpoint_parsed()? {
-            if cp.size > head.size {
-                return Err(Error::corrupt(format!(
-                    "the latest checkpoint covers {} records but the log has {}; run `hitl-ledger verify`",
-                    cp.size, head.size
-                )));
+        let Some(cp) = self.latest_checkpoint_parsed()? else {
+            return refuse("no signed checkpoint is stored".into());
+        };
+        if cp.size != head.size {
+            return refuse(format!(
+                "the latest signed checkpoint covers {} records but the log holds {}",
+                cp.size, head.size
+            ));
+        }
+        if let Some((_, leaf)) = &last {
+            let hash = merkle::leaf_hash(leaf);
+            if !merkle::hashes_equal(&hash, &head.last_hash) {
+                return refuse(format!(
+                    "record {} has leaf hash {} but the head names {}",
+                    head.size - 1,
+                    hex_hash(&hash),
+                    hex_hash(&head.last_hash)
+                ));
             }
-            let root = merkle::root(&view, cp.size)
-                .map_err(|e| Error::corrupt(format!("tree at checkpoint size: {e:?}")))?;
-            if !merkle::hashes_equal(&root, &cp.root) {
-                return Err(Error::corrupt(format!(
-                    "the tree at size {} does not match the latest checkpoint; run `hitl-ledger verify`",
-                    cp.size
-                )));
+            let ts = Record::from_leaf(leaf)
+                .map_err(|e| Error::corrupt(format!("record {}: {e}", head.size - 1)))?
+                .ts;
+            if ts.micros() != head.last_ts {
+                return refuse(format!(
+                    "record {} has ts {ts} but the head names another",
+                    head.size - 1
+                ));
             }
+            let proof = merkle::inclusion_proof(&view, head.size - 1, cp.size).map_err(|e| {
+                Error::corrupt(format!("the tree nodes cannot prove the last record: {e}"))
+            })?;
+            if merkle::verify_inclusion(&hash, head.size - 1, cp.size, &proof, &cp.root).is_err() {
+                return refuse(format!(
+                    "record {} is not in the tree of the latest signed checkpoint",
+                    head.size - 1
+                ));
+            }
+        }
+        let root = merkle::root(&view, cp.size)
+            .map_err(|e| Error::corrupt(format!("tree at checkpoint size: {e}")))?;
+        if !merkle::hashes_equal(&root, &cp.root) {
+            return refuse(format!(
+                "the tree at size {} does not match the latest signed checkpoint",
+                cp.size
+            ));
         }
         Ok(())
     }
@@ -556,6 +634,26 @@ impl Ledger {
     /// latest checkpoint (run `verify`, then `reindex`); `None` when it accepts writes.
     pub fn refuses_writes(&self) -> Option<&Error> {
         self.unwritable.as_ref()
+    }
+
+    /// Why the ledger accepts no write now, if it does not: `unwritable` after a failed write
+    /// or sync (until it is reopened), or the `corrupt_store` refusal of
+    /// [`Ledger::refuses_writes`]. What `/healthz` reports.
+    pub fn write_refusal(&self) -> Option<Error> {
+        if let Some(reason) = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Some(Error::new(
+                ErrorCode::Unwritable,
+                format!(
+                    "a write failed earlier ({reason}); its outcome is unknown and no write is accepted until the server is restarted"
+                ),
+            ));
+        }
+        self.unwritable.clone()
     }
 
     /// The log's origin.
@@ -604,7 +702,7 @@ impl Ledger {
     /// fails and nothing is written.
     pub fn execute(&self, ops: Vec<(Op, Actor)>) -> Vec<Result<Outcome>> {
         let _guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = &self.unwritable {
+        if let Some(e) = self.write_refusal() {
             return ops.iter().map(|_| Err(e.clone())).collect();
         }
         let mut view = View::new(&self.store);
@@ -660,7 +758,14 @@ impl Ledger {
                 }
                 results
             }
-            Err(e) => results.into_iter().map(|_| Err(e.clone())).collect(),
+            Err(e) => {
+                // The batch may or may not be durable (a failed sync can leave it on disk):
+                // accept nothing more until the store is reopened and its head checked.
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(e.message().to_string());
+                tracing::error!(error = %e, "a commit failed; refusing writes until restarted");
+                results.into_iter().map(|_| Err(e.clone())).collect()
+            }
         }
     }
 
@@ -990,34 +1095,49 @@ impl Ledger {
             .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))
     }
 
-    /// Rebuilds every derived index from the records, then signs a checkpoint for the current
-    /// size if the latest one does not cover it. Refuses (and changes nothing that is signed)
-    /// when a record does not parse or a stored checkpoint contradicts the records.
+    /// Rebuilds every derived index from the records. First checks every record and every
+    /// stored checkpoint, changing nothing: the keys are gapless, each leaf is a canonical
+    /// record with its own `seq`, the chains hold, every checkpoint is signed by this ledger's
+    /// key and matches the records' tree, the latest covers every record (every batch signs
+    /// its own, so a record beyond it was not committed by the ledger), and the records obey
+    /// the approval rules. Any failure refuses the whole rebuild, naming the seq and why; a
+    /// refused `reindex` writes nothing. It never signs a checkpoint.
     ///
     /// # Errors
-    /// `corrupt_store` naming the record or checkpoint; storage errors.
+    /// `corrupt_store` naming the first problem; storage errors.
     pub fn reindex(&self) -> Result<u64> {
         let _guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        // Check every record first: a rebuild must not launder a tampered log.
-        for (expected, item) in (0u64..).zip(self.store.iter_from(Cf::Records, &[])) {
-            let (k, leaf) = item?;
-            let seq = read_be(&k)
-                .filter(|_| k.len() == 8)
-                .ok_or_else(|| Error::corrupt("record key is not 8 bytes"))?;
-            if seq != expected {
-                return Err(Error::corrupt(format!(
-                    "record {expected} is missing (next is {seq})"
-                )));
-            }
-            let r = Record::from_leaf(&leaf)
-                .map_err(|e| Error::corrupt(format!("record {seq}: {e}")))?;
-            if r.seq != seq {
-                return Err(Error::corrupt(format!(
-                    "record at key {seq} says seq {}",
-                    r.seq
-                )));
-            }
+        if let Some(e) = self
+            .write_refusal()
+            .filter(|e| e.code() == ErrorCode::Unwritable)
+        {
+            return Err(e);
         }
+        let checkpoints = self.checkpoints()?;
+        let mut check =
+            crate::verify::ChainCheck::new(&self.origin, &self.signer.verifier(), &checkpoints);
+        let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
+        let mut iter = self.store.iter_from(Cf::Records, &[]);
+        loop {
+            chunk.clear();
+            for item in iter.by_ref().take(4096) {
+                let (k, v) = item?;
+                chunk.push((k.to_vec(), v.to_vec()));
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            check.feed(&chunk);
+        }
+        drop(iter);
+        if let Some(p) = check.finish().into_iter().next() {
+            let at = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
+            return Err(Error::corrupt(format!(
+                "reindex refused, nothing was changed: {}{at}: {}",
+                p.code, p.message
+            )));
+        }
+        // Every record and checkpoint is the ledger's own: rebuild.
         for cf in Cf::DERIVED {
             self.store.clear(cf)?;
         }
@@ -1036,45 +1156,6 @@ impl Ledger {
         }
         let staged = view.take();
         self.store.write(&staged, true)?;
-        // Checkpoints must agree with the rebuilt tree.
-        let view = View::new(&self.store);
-        let verifier = self.signer.verifier();
-        for (k, note) in self.checkpoints()? {
-            let size = read_be(&k).unwrap_or(u64::MAX);
-            let opened = crate::note::open(&note, std::slice::from_ref(&verifier))
-                .map_err(|e| Error::corrupt(format!("checkpoint {size}: {e}")))?;
-            let cp = Checkpoint::parse(&opened.text)
-                .map_err(|e| Error::corrupt(format!("checkpoint {size}: {e}")))?;
-            if cp.size > n {
-                return Err(Error::corrupt(format!(
-                    "checkpoint {} covers more records than the log holds ({n})",
-                    cp.size
-                )));
-            }
-            let root =
-                merkle::root(&view, cp.size).map_err(|e| Error::corrupt(format!("tree: {e:?}")))?;
-            if !merkle::hashes_equal(&root, &cp.root) {
-                return Err(Error::corrupt(format!(
-                    "checkpoint {} does not match the records",
-                    cp.size
-                )));
-            }
-        }
-        let latest = self.latest_checkpoint_parsed()?;
-        if latest.as_ref().is_none_or(|c| c.size < n) {
-            let cp = Checkpoint {
-                origin: self.origin.clone(),
-                size: n,
-                root: merkle::root(&view, n).map_err(|e| Error::corrupt(format!("tree: {e:?}")))?,
-            };
-            let note = self
-                .signer
-                .sign(&cp.body())
-                .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
-            self.store
-                .raw_put(Cf::Checkpoints, &be(n), note.as_bytes())?;
-            self.store.sync()?;
-        }
         Ok(n)
     }
 }
@@ -1183,6 +1264,17 @@ impl Batch<'_, '_, '_> {
             body,
         };
         let leaf = record.leaf()?;
+        // The ledger never writes a leaf that it could not read back itself: whatever a body
+        // held, the stored bytes must parse, be canonical and carry a complete envelope.
+        if let Err(e) = Record::from_leaf(&leaf) {
+            return Err(Error::new(
+                ErrorCode::Internal,
+                format!(
+                    "refused to write a {} record that would not read back ({e}); nothing was written",
+                    record.kind.as_str()
+                ),
+            ));
+        }
         let hash = merkle::leaf_hash(&leaf);
         self.view.put(Cf::Records, be(record.seq).to_vec(), leaf);
         index::apply(self.view, record.seq, &hash, &record)?;
@@ -1360,20 +1452,28 @@ impl Batch<'_, '_, '_> {
             .iter()
             .map(|d| json!(d.as_str()))
             .collect();
-        let window_ok = match req.review_ttl_seconds {
-            None => true,
-            Some(t) => {
-                let stored_window = stored
-                    .body_ts("expires_at")
-                    .map(|e| e.micros() - stored.ts.micros());
-                stored_window
-                    == Some(
-                        i64::try_from(t)
-                            .unwrap_or(i64::MAX)
-                            .saturating_mul(1_000_000),
-                    )
-            }
+        // An omitted optional field compares as its default (section 4). The record holds the
+        // window and the applied pointers, not which of them the request named, so: a request
+        // that names a window must name the recorded one; one that omits it must not replay a
+        // window shorter than the tool's (the original named it). A pointer the record applied
+        // and the replay does not name must be one the policy applies by itself.
+        let policy = self.ledger.policy.for_tool(&req.action.tool);
+        let secs = |t: u64| {
+            i64::try_from(t)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000)
         };
+        let stored_window = stored
+            .body_ts("expires_at")
+            .map(|e| e.micros() - stored.ts.micros());
+        let window_ok = match (req.review_ttl_seconds, stored_window) {
+            (_, None) => false,
+            (Some(t), Some(w)) => w == secs(t),
+            (None, Some(w)) => w >= secs(policy.review_window_seconds),
+        };
+        let pointers_ok = applied
+            .iter()
+            .all(|p| req.redact.iter().any(|r| r == p) || policy.redact.iter().any(|r| r == p));
         stored.thread_id == req.thread_id
             && stored.checkpoint_ns == req.checkpoint_ns
             && stored.checkpoint_id == req.checkpoint_id
@@ -1382,6 +1482,7 @@ impl Batch<'_, '_, '_> {
             && stored.body.get("edit_of").is_none_or(Value::is_null)
             && merkle_str_eq(&digest, stored_digest)
             && req.redact.iter().all(|p| applied.contains(&p.as_str()))
+            && pointers_ok
             && stored.body.get("allowed_decisions") == Some(&Value::Array(allowed))
             && window_ok
     }
@@ -1640,11 +1741,13 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
-        // Section 3's order, all writing nothing: an unknown request, then a malformed ticket.
+        // Section 3's order, all writing nothing: an unknown request, then a malformed ticket,
+        // then a malformed action.
         let st = self.state(rid)?;
         crate::request::parse_ticket_id(&req.ticket_id)?;
+        let action = req.action()?;
         let st = self.after_timeout(rid, st, sp)?;
-        let digest = req.action.digest(&self.ledger.key, rid, st.keyed());
+        let digest = action.digest(&self.ledger.key, rid, st.keyed());
         // A retried attempt whose earlier evaluation was a grant gets that grant back.
         if let Some(attempt) = &req.attempt_id
             && let Some(seq) = index::seq_at(
@@ -1666,7 +1769,17 @@ impl Batch<'_, '_, '_> {
             }
         }
         let ev = self.evaluate(rid, &st, &req.ticket_id, &digest)?;
-        let mode = self.ledger.policy.for_tool(&st.tool).mode;
+        // Observe mode applies only when both the request's tool and the presented action's
+        // tool are observed: a request opened for an observed tool never lets an enforced
+        // tool's action through.
+        let policy = &self.ledger.policy;
+        let mode = if policy.for_tool(&st.tool).mode == Mode::Observe
+            && policy.for_tool(&action.tool).mode == Mode::Observe
+        {
+            Mode::Observe
+        } else {
+            Mode::Enforce
+        };
         let (granted, code, would_deny) = match (mode, ev.code) {
             (_, None) => (true, None, None),
             (Mode::Enforce, Some(c)) => (false, Some(c), None),
@@ -1756,7 +1869,10 @@ impl Batch<'_, '_, '_> {
             &index::idem_follow_up(rid, &req.follow_up_id),
         )? {
             let (stored, _) = self.stored(seq)?;
-            if Value::Object(stored.body.clone()) != body || stored.checkpoint_id != checkpoint_id {
+            // Compared as canonical JSON, so `25.0` and `25` are the same number.
+            let same = crate::jcs::to_vec(&Value::Object(stored.body.clone()))
+                == crate::jcs::to_vec(&body);
+            if !same || stored.checkpoint_id != checkpoint_id {
                 return Err(idem_conflict(format!(
                     "follow-up {:?} of request {rid:?} is already recorded (seq {seq}) with other content",
                     req.follow_up_id

@@ -9,7 +9,7 @@
 //! - [`ledger`]: the single writer, the gate, reads; [`commit`]: group commit;
 //! - [`cli`]: the command line.
 //!
-//! The external contract is `ledger-v1.md`; the storage layout is `docs/format.md`.
+//! The protocol is `docs/protocol.md`; the storage layout is `docs/format.md`.
 #![deny(missing_docs)]
 
 pub mod action;
@@ -28,6 +28,7 @@ pub mod note;
 pub mod policy;
 pub mod record;
 pub mod request;
+pub mod rules;
 pub mod server;
 pub mod store;
 pub mod verify;

@@ -13,6 +13,11 @@ use crate::record::{MAX_ID_BYTES, check_client_id, check_id, parse_hex_hash};
 /// The largest request body, in bytes (1 MiB).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// The deepest nesting of objects and arrays in a request body (the body itself is level 1).
+/// A record nests its body one level deeper than the request, so every leaf built from a body
+/// stays far within what the leaf parser reads back ([`jcs::MAX_DEPTH`]).
+pub const MAX_BODY_DEPTH: usize = 64;
+
 /// Parses a request body strictly into a JSON object.
 ///
 /// # Errors
@@ -23,15 +28,18 @@ pub fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>> {
         bytes,
         jcs::ParseOptions {
             reject_unsafe_integers: true,
+            max_depth: Some(MAX_BODY_DEPTH),
         },
     )
-    .map_err(|e| {
-        let code = if e.is_syntax() {
-            ErrorCode::InvalidJson
-        } else {
-            ErrorCode::NotCanonicalizable
-        };
-        Error::new(code, e.to_string())
+    .map_err(|e| match e {
+        jcs::JcsError::TooDeep { offset } => Error::new(
+            ErrorCode::InvalidJson,
+            format!(
+                "the body nests deeper than {MAX_BODY_DEPTH} levels of objects and arrays (at byte offset {offset})"
+            ),
+        ),
+        e if e.is_syntax() => Error::new(ErrorCode::InvalidJson, e.to_string()),
+        e => Error::new(ErrorCode::NotCanonicalizable, e.to_string()),
     })?;
     match v {
         Value::Object(m) => Ok(m),
@@ -353,8 +361,10 @@ pub struct AuthorizeRequest {
     /// The ticket as presented; its format is checked at evaluation, after the request is
     /// found (`invalid_ticket_id`).
     pub ticket_id: String,
-    /// The call about to be made, in clear.
-    pub action: Action,
+    /// The call about to be made, in clear, as sent: its form is checked at evaluation, after
+    /// the request is found and the ticket id's form is checked (section 3's order), by
+    /// [`AuthorizeRequest::action`].
+    pub action: Value,
     /// The executor's attempt id, for retry safety.
     pub attempt_id: Option<String>,
     /// The run asking.
@@ -367,8 +377,8 @@ impl AuthorizeRequest {
     /// Decodes and validates an authorize body.
     ///
     /// # Errors
-    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`,
-    /// `invalid_ticket_id`, `invalid_action`.
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`. The ticket
+    /// id's and the action's forms are checked later, at evaluation.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
         let f = Fields::new(
             map,
@@ -382,7 +392,7 @@ impl AuthorizeRequest {
         )?;
         // Its format is checked at evaluation, after the request is found (section 3's order).
         let ticket_id = f.req_str("ticket_id")?;
-        let action = Action::from_value(f.req("action")?)?;
+        let action = f.req("action")?.clone();
         Ok(AuthorizeRequest {
             ticket_id,
             action,
@@ -390,6 +400,16 @@ impl AuthorizeRequest {
             run_id: f.opt_id("run_id")?,
             checkpoint_id: f.opt_id("checkpoint_id")?,
         })
+    }
+}
+
+impl AuthorizeRequest {
+    /// The presented action, validated.
+    ///
+    /// # Errors
+    /// `invalid_action` unless it is an object with a string `tool` and object `args`.
+    pub fn action(&self) -> Result<Action> {
+        Action::from_value(&self.action)
     }
 }
 

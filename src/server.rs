@@ -26,6 +26,28 @@ pub struct AppState {
     committer: Committer,
     tokens: std::sync::RwLock<Tokens>,
     tokens_file: Option<TokensFile>,
+    /// Request-body bytes read or being read and not yet answered, across all connections.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// The most body bytes in flight before writes answer 503 `overloaded`.
+    max_in_flight: usize,
+}
+
+/// The default bound on request-body bytes in flight (read, queued or being committed): 64
+/// bodies of the largest size. Past it a write answers 503 `overloaded` before its body is
+/// read, so a full queue of large bodies cannot exhaust memory.
+pub const MAX_IN_FLIGHT_BYTES: usize = 64 * MAX_BODY_BYTES;
+
+/// A reservation of request-body bytes, released when the answer is sent.
+struct InFlight {
+    counter: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The tokens file the server watches, so `token add` (or removing a line) takes effect
@@ -47,6 +69,43 @@ impl AppState {
             ledger,
             tokens: std::sync::RwLock::new(tokens),
             tokens_file: None,
+            in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            max_in_flight: MAX_IN_FLIGHT_BYTES,
+        }
+    }
+
+    /// Bounds the request-body bytes in flight (default [`MAX_IN_FLIGHT_BYTES`]).
+    pub fn with_max_in_flight(mut self, bytes: usize) -> AppState {
+        self.max_in_flight = bytes.max(MAX_BODY_BYTES);
+        self
+    }
+
+    /// Reserves `bytes` of body, or refuses with `overloaded` when the bound would be passed.
+    fn reserve(&self, bytes: usize) -> Result<InFlight> {
+        use std::sync::atomic::Ordering;
+        let mut current = self.in_flight.load(Ordering::Acquire);
+        loop {
+            if current.saturating_add(bytes) > self.max_in_flight {
+                self.ledger.metrics().record_overload();
+                return Err(Error::new(
+                    ErrorCode::Overloaded,
+                    "too many request bytes are in flight; retry later",
+                ));
+            }
+            match self.in_flight.compare_exchange_weak(
+                current,
+                current + bytes,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Ok(InFlight {
+                        counter: Arc::clone(&self.in_flight),
+                        bytes,
+                    });
+                }
+                Err(now) => current = now,
+            }
         }
     }
 
@@ -327,7 +386,15 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     if path == "/healthz" {
         return if req.method() == Method::GET || req.method() == Method::HEAD {
-            json_response(200, &json!({"ok": true}))
+            match st.ledger.write_refusal() {
+                None => json_response(200, &json!({"ok": true})),
+                // Alive, serving reads, but accepting no write: a load balancer should send
+                // writes elsewhere.
+                Some(e) => json_response(
+                    503,
+                    &json!({"ok": false, "error": e.code().as_str(), "message": e.message()}),
+                ),
+            }
         } else {
             error_response(
                 &Error::new(ErrorCode::MethodNotAllowed, "/healthz answers GET"),
@@ -448,7 +515,10 @@ async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
         .unwrap_or_else(|_| Err(Error::new(ErrorCode::Internal, "the writer stopped")))
 }
 
-async fn read_json_body(req: Request) -> Result<serde_json::Map<String, Value>> {
+async fn read_json_body(
+    st: &AppState,
+    req: Request,
+) -> Result<(serde_json::Map<String, Value>, InFlight)> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -473,6 +543,14 @@ async fn read_json_body(req: Request) -> Result<serde_json::Map<String, Value>> 
             format!("a request body is at most {MAX_BODY_BYTES} bytes"),
         )
     };
+    // The body's bytes count from before it is read until the answer is sent (the parsed
+    // operation waits in the writer's queue that long).
+    let reservation = st.reserve(
+        declared
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(MAX_BODY_BYTES)
+            .min(MAX_BODY_BYTES),
+    )?;
     if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES as u64) {
         // Read a moderately oversized body before answering, so a client that writes its whole
         // body before reading gets the 413 rather than a reset connection; beyond that, close.
@@ -497,7 +575,7 @@ async fn read_json_body(req: Request) -> Result<serde_json::Map<String, Value>> 
         )
     })?;
     let bytes = read.map_err(|_| too_large())?;
-    parse_body(&bytes)
+    Ok((parse_body(&bytes)?, reservation))
 }
 
 /// The largest oversized body read (and discarded) before answering 413.
@@ -537,7 +615,7 @@ async fn dispatch(
     let params = query_params(req.uri().query());
     match route {
         Route::Interrupts => {
-            let body = read_json_body(req).await?;
+            let (body, _in_flight) = read_json_body(st, req).await?;
             let op = Op::from_body("interrupt", None, body)?;
             Ok(appended_response(submit(st, op, actor).await?))
         }
@@ -601,7 +679,12 @@ async fn dispatch(
             ))
         }
         Route::Metrics => {
-            let mut r = text_response(st.ledger.metrics().render());
+            let mut text = st.ledger.metrics().render();
+            text.push_str(&format!(
+                "# HELP hitl_ledger_request_bytes_in_flight Request-body bytes read or being read and not yet answered.\n# TYPE hitl_ledger_request_bytes_in_flight gauge\nhitl_ledger_request_bytes_in_flight {}\n",
+                st.in_flight.load(std::sync::atomic::Ordering::Acquire)
+            ));
+            let mut r = text_response(text);
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -618,7 +701,7 @@ async fn write_route(
     req: Request,
     actor: Actor,
 ) -> Result<Response> {
-    let body = read_json_body(req).await?;
+    let (body, _in_flight) = read_json_body(st, req).await?;
     let op = Op::from_body(kind, Some(rid), body)?;
     Ok(appended_response(submit(st, op, actor).await?))
 }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::merkle::{self, Frontier, Hash};
 use crate::note::{self, Checkpoint, NoteVerifier};
 use crate::record::{Record, ZERO_HASH, hex_hash};
+use crate::rules::RuleReplay;
 use crate::store::read_be;
 
 /// One problem found, with its evidence.
@@ -70,6 +71,7 @@ pub struct ChainCheck {
     frontier: Frontier,
     checkpoints: Vec<PendingCheckpoint>,
     max_checkpoint: Option<u64>,
+    rules: RuleReplay,
     problems: Vec<Problem>,
 }
 
@@ -101,6 +103,7 @@ impl ChainCheck {
             frontier: Frontier::new(),
             checkpoints: Vec::new(),
             max_checkpoint: None,
+            rules: RuleReplay::new(),
             problems: Vec::new(),
         };
         for (k, note_bytes) in stored_checkpoints {
@@ -315,6 +318,13 @@ impl ChainCheck {
         }
         self.threads
             .insert(r.thread_id.clone(), (r.thread_seq.max(count) + 1, *hash));
+        if let Some(m) = self.rules.step(r, hash) {
+            self.problems.push(Problem::at(
+                "rule_violation",
+                ks,
+                format!("record {ks}: {m}"),
+            ));
+        }
     }
 
     /// Records checked so far (the next expected seq).
@@ -616,6 +626,7 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         .map_err(|e| Problem::global("thread_head_body", format!("thread head body: {e}")))?;
     let mut prev_seq: Option<u64> = None;
     let mut prev_hash = ZERO_HASH;
+    let mut replayed: Vec<(Record, Hash)> = Vec::with_capacity(b.records.len());
     for (i, e) in b.records.iter().enumerate() {
         use base64::Engine;
         let at = |code: &'static str, m: String| Problem::at(code, e.seq, m);
@@ -711,6 +722,7 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         }
         prev_seq = Some(e.seq);
         prev_hash = hash;
+        replayed.push((r, hash));
     }
     let n = b.records.len() as u64;
     let mismatch = |m: String| Problem::global("thread_head_mismatch", m);
@@ -738,6 +750,18 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             hex_hash(&th.head),
             hex_hash(&prev_hash)
         )));
+    }
+    // The bytes are intact: did the gate obey its own rules? Every record of a request is in
+    // its thread, so the bundle holds all that the replay needs.
+    let mut rules = RuleReplay::new();
+    for (r, hash) in &replayed {
+        if let Some(m) = rules.step(r, hash) {
+            return Err(Problem::at(
+                "rule_violation",
+                r.seq,
+                format!("record {}: {m}", r.seq),
+            ));
+        }
     }
     Ok(())
 }

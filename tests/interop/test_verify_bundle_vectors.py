@@ -1,12 +1,12 @@
 """Tests of the independent bundle verifier (verify_bundle.py).
 
-1. Known-answer vectors from shared/vectors (merkle_rfc6962.json, signed_note.json).
+1. Known-answer vectors from tests/vectors (merkle_rfc6962.json, signed_note.json).
 2. A small synthetic bundle generator (test only): signs checkpoints and thread heads
    with the public test seed of signed_note.json, builds canonical leaves with rfc8785,
    computes RFC 6962 proofs, and checks good bundles and mutations.
 
-The vectors folder is found at $HITL_VECTORS_DIR, else at ../shared/vectors next to
-the repository (the layout of the work tree and of CI).
+The vectors are the repository's own copies in tests/vectors; a missing file fails the
+module at import, it never skips it.
 
 Run: python3 -m pytest tests/interop (needs `cryptography`, `rfc8785`, `pytest`).
 """
@@ -17,7 +17,6 @@ import base64
 import copy
 import hashlib
 import json
-import os
 import random
 import subprocess
 import sys
@@ -34,10 +33,7 @@ sys.path.insert(0, str(HERE))
 import verify_bundle as vb  # noqa: E402
 
 REPO = HERE.parents[1]
-VECTORS = Path(os.environ.get("HITL_VECTORS_DIR", REPO.parent / "shared" / "vectors"))
-
-if not (VECTORS / "signed_note.json").is_file():
-    pytest.skip("shared/vectors not found at %s" % VECTORS, allow_module_level=True)
+VECTORS = REPO / "tests" / "vectors"
 
 MERKLE = json.loads((VECTORS / "merkle_rfc6962.json").read_text("utf-8"))
 NOTES = json.loads((VECTORS / "signed_note.json").read_text("utf-8"))
@@ -227,41 +223,116 @@ def lh(leaf: bytes) -> bytes:
     return hashlib.sha256(b"\x00" + leaf).digest()
 
 
-KIND_CYCLE = ["interrupt", "decision", "authorization", "follow_up", "interrupt", "rejection", "timeout"]
+KIND_CYCLE = ["interrupt", "decision", "authorization", "follow_up", "interrupt", "rejection", "follow_up"]
+
+# Default bodies follow the approval rules (a bundle's records are replayed after its
+# structural checks): deadlines and approval expiries lie after every default ts.
+DEFAULT_DEADLINE = "2026-11-30T21:00:00.000000Z"
+DEFAULT_APPROVAL_EXPIRES = "2026-11-30T20:30:00.000000Z"
+
+
+def action_digest(action: dict) -> str:
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
+
+
+def ticket_for(seq: int) -> str:
+    """A deterministic lowercase UUID v7 (the decision at `seq` issues it)."""
+    return "0192f3c0-0000-7000-8000-%012x" % seq
 
 
 class Log:
-    """A tiny ledger: global chain, per-thread chains, leaves as canonical JCS."""
+    """A tiny ledger: global chain, per-thread chains, leaves as canonical JCS.
+
+    Records appended without a `tweak` form a history the approval rules allow: an
+    interrupt opens a new request, the other kinds name the thread's latest request
+    (a refusal names none), a decision approves, a grant presents the latest ticket
+    with the interrupt's digest, a follow-up follows the request's latest record. A
+    `tweak` edits the record after these defaults; the state follows the tweaked record."""
 
     def __init__(self, origin=ORIGIN):
         self.origin = origin
         self.leaves: list[bytes] = []
         self.threads: dict[str, list[int]] = {}
+        self.current: dict[str, str] = {}  # thread -> latest request id
+        self.interrupts: dict[str, dict] = {}  # request id -> interrupt body
+        self.tickets: dict[str, dict] = {}  # request id -> latest closing body
+        self.last_leaf: dict[str, str] = {}  # request id -> leaf hash hex of its latest record
+
+    @staticmethod
+    def extras(seq: int) -> dict:
+        """Values that exercise canonical JSON (non-ASCII, an astral character, a fraction, a
+        large integer) where the body has free content: interrupt args and follow-up detail
+        (all of it), a decision's rationale and an authorization's attempt id (the text)."""
+        return {"note": "r\u00e9cord %d \U0001F600" % seq, "amount": 1.5, "n": seq * 1000}
+
+    def default_body(self, kind: str, seq: int, ts: str, request_id) -> dict:
+        intr = self.interrupts.get(request_id, {})
+        closing = self.tickets.get(request_id, {})
+        if kind == "interrupt":
+            action = {"tool": "refund", "args": {"amount_cents": 100 + seq, **self.extras(seq)}}
+            return {"interrupt_id": "int-%d" % seq, "tool": action["tool"], "args": action["args"], "redacted": [],
+                    "action_digest": action_digest(action), "action_schema": "hitl-ledger/action/v1",
+                    "allowed_decisions": ["approve", "edit", "reject"], "expires_at": DEFAULT_DEADLINE, "edit_of": None}
+        if kind == "decision":
+            return {"decision": "approve", "rationale": self.extras(seq)["note"], "ticket_id": ticket_for(seq),
+                    "expires_at": DEFAULT_APPROVAL_EXPIRES, "edited_digest": None, "superseded_by": None}
+        if kind == "rejection":
+            return {"rationale": "not this one", "ticket_id": ticket_for(seq)}
+        if kind == "authorization":
+            return {"ticket_id": closing.get("ticket_id", ticket_for(0)), "attempt_id": "attempt " + self.extras(seq)["note"],
+                    "action_digest": intr.get("action_digest", "sha256:" + "0" * 64), "granted": True, "code": None,
+                    "evaluated_at": ts, "expires_at": closing.get("expires_at"), "idempotency_key": "0" * 64,
+                    "mode": "enforce", "would_deny": None}
+        if kind == "follow_up":
+            return {"follow_up_id": "fu-%d" % seq, "follows": self.last_leaf.get(request_id, "0" * 64),
+                    "outcome": "done", "detail": self.extras(seq), "operation_id": None}
+        if kind == "timeout":
+            return {"expires_at": intr.get("expires_at", DEFAULT_DEADLINE)}
+        if kind == "revocation":
+            return {"reason": "no longer needed"}
+        return {"method": "PUT", "path": "/v1/threads/x", "error": "append_only"}
 
     def append(self, thread: str, kind: str | None = None, tweak=None) -> int:
         seq = len(self.leaves)
         mine = self.threads.setdefault(thread, [])
+        kind = kind or KIND_CYCLE[len(mine) % len(KIND_CYCLE)]
+        if kind == "interrupt":
+            request_id = "req-%d" % seq
+        elif kind == "refusal":
+            request_id = None
+        else:
+            request_id = self.current.get(thread, "req-none")
+        ts = "2026-11-30T20:00:%02d.%06dZ" % (seq % 60, 123456 + seq)
         rec = {
             "v": 1,
             "origin": self.origin,
             "seq": seq,
             "prev": lh(self.leaves[-1]).hex() if self.leaves else "0" * 64,
-            "ts": "2026-11-30T20:00:%02d.%06dZ" % (seq % 60, 123456 + seq),
-            "kind": kind or KIND_CYCLE[len(mine) % len(KIND_CYCLE)],
+            "ts": ts,
+            "kind": kind,
             "thread_id": thread,
             "run_id": "run-1",
             "checkpoint_ns": "",
             "checkpoint_id": None,
-            "request_id": "req-%d" % (len(mine) // 2),
+            "request_id": request_id,
             "thread_seq": len(mine),
             "thread_prev": lh(self.leaves[mine[-1]]).hex() if mine else "0" * 64,
             "actor": {"principal": "agent-1", "role": "agent"},
-            "body": {"note": "r\u00e9cord %d \U0001F600" % seq, "amount": 1.5, "n": seq * 1000},
+            "body": self.default_body(kind, seq, ts, request_id),
         }
         if tweak:
             tweak(rec)
-        self.leaves.append(rfc8785.dumps(rec))
+        leaf = rfc8785.dumps(rec)
+        self.leaves.append(leaf)
         mine.append(seq)
+        rid = rec.get("request_id")
+        if isinstance(rid, str) and isinstance(rec.get("body"), dict):
+            if rec.get("kind") == "interrupt":
+                self.current[thread] = rid
+                self.interrupts.setdefault(rid, rec["body"])
+            elif rec.get("kind") in ("decision", "rejection"):
+                self.tickets[rid] = rec["body"]
+            self.last_leaf[rid] = lh(leaf).hex()
         return seq
 
     def checkpoint(self, size=None, signer=SIGNER) -> tuple[str, int]:

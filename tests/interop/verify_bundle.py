@@ -2,8 +2,14 @@
 """Independent offline verifier for hitl-ledger export bundles (format v1).
 
 This is a second implementation of `hitl-ledger verify-export`, written from the
-contract (shared/spec/ledger-v1.md sections 1, 2, 5 and 7) only, so that the Rust
-verifier can be checked against code that shares none of its logic.
+contract (docs/protocol.md: records, chain and tree, checkpoints, approval semantics,
+idempotent appends, export bundle) only, so that the Rust verifier can be checked
+against code that shares none of its logic.
+
+After every structural check of a bundle passed, the approval rules are replayed over
+its records (`RuleReplay`, `first_rule_violation`); the first record (lowest seq) whose
+outcome they forbid is reported as problem `rule_violation` at that record's seq, with
+a message naming the rule (exit status 1).
 
 Dependencies: Python 3.11, `cryptography` (Ed25519) and `rfc8785` (JCS).
 
@@ -36,7 +42,9 @@ bits); hex must be lowercase; duplicate keys anywhere in the bundle JSON are
 `bad_input`; in a leaf, text that is syntactically JSON but has no canonical form
 (duplicate keys, lone surrogates, numbers out of range) is `leaf_not_canonical`, while
 bad base64, bad UTF-8, JSON syntax errors (including NaN/Infinity) and non-objects
-are `leaf_encoding`. Every trusted signature line on a note must verify.
+are `leaf_encoding`. Every trusted signature line on a note must verify. The rule
+replay reads record bodies defensively and fails closed (see the comment above
+`ts_micros`).
 """
 
 from __future__ import annotations
@@ -514,6 +522,275 @@ def check_envelope(rec: dict) -> str | None:
         return bad("actor", "has no role string")
     if not isinstance(rec["body"], dict):
         return bad("body", "is not an object")
+    extra = sorted(set(rec) - set(fields))
+    if extra:
+        return bad(extra[0], "is not an envelope field")
+    if set(actor) != {"principal", "role"} or actor["role"] not in ROLES:
+        return bad("actor", "must be exactly {principal, role} with a known role")
+    if rec["request_id"] is None and rec["kind"] != "refusal":
+        return bad("request_id", "is null on a %s" % rec["kind"])
+    ns = rec["checkpoint_ns"]
+    if len(ns.encode("utf-8")) > 256 or any(unicodedata.category(c) == "Cc" for c in ns):
+        return bad("checkpoint_ns", "is longer than 256 bytes or holds a control character")
+    return check_body(rec["kind"], rec["body"])
+
+
+ROLES = ("agent", "reviewer", "auditor", "admin", "system")
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+def _non_empty(v: object) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _str_list(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# The body fields of each kind (docs/protocol.md, "Bodies") and the type each must have.
+BODY_FIELDS = {
+    "interrupt": {
+        "interrupt_id": _str, "tool": _str, "args": lambda v: isinstance(v, dict),
+        "redacted": _str_list, "action_digest": _str, "action_schema": _str,
+        "allowed_decisions": _str_list, "expires_at": lambda v: is_timestamp(v), "edit_of": _opt(_str),
+    },
+    "decision": {
+        "decision": _str, "rationale": _opt(_str), "ticket_id": _str,
+        "expires_at": _opt(lambda v: is_timestamp(v)), "edited_digest": _opt(_str), "superseded_by": _opt(_str),
+    },
+    "rejection": {"rationale": _non_empty, "ticket_id": _str},
+    "follow_up": {
+        "follow_up_id": _str, "follows": is_hex64, "outcome": _non_empty,
+        "detail": lambda v: v is None or isinstance(v, (str, dict)), "operation_id": _opt(_str),
+    },
+    "authorization": {
+        "ticket_id": _str, "attempt_id": _opt(_str), "action_digest": _str,
+        "granted": lambda v: isinstance(v, bool), "code": _opt(_str), "evaluated_at": lambda v: is_timestamp(v),
+        "expires_at": _opt(lambda v: is_timestamp(v)), "idempotency_key": _opt(_str), "mode": _str,
+        "would_deny": _opt(_str),
+    },
+    "timeout": {"expires_at": lambda v: is_timestamp(v)},
+    "revocation": {"reason": _non_empty},
+    "refusal": {"method": _str, "path": _str, "error": _str},
+}
+
+
+def check_body(kind: str, body: dict) -> str | None:
+    """None when the body has exactly its kind's fields, each of its type; else a message."""
+    spec = BODY_FIELDS[kind]
+    for k in body:
+        if k not in spec:
+            return "%s body field %r is unknown" % (kind, k)
+    for k, ok in spec.items():
+        if k not in body:
+            return "%s body lacks %r" % (kind, k)
+        if not ok(body[k]):
+            return "%s body field %r has the wrong type" % (kind, k)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Approval rules (docs/protocol.md: approval semantics, idempotent appends, export bundle)
+#
+# After every structural check passed, the records are replayed in seq order and the
+# first one whose outcome the rules forbid is reported as `rule_violation`. The checks,
+# numbered as in the rule list the two implementations share:
+#
+#   1   a second interrupt of a request
+#   2   any other kind naming a request with no interrupt before it
+#   3a  a decision or rejection of a closed request
+#   3b  a decision or rejection at or after the review deadline
+#   3   a ticket id issued twice
+#   4a  a timeout of a closed request
+#   4b  a timeout before the review deadline
+#   4c  a timeout naming another deadline
+#   5a  a revocation of an open request at or after its deadline
+#   5c  a revocation of a rejected, edited, timed out or already revoked request
+#   6a-6e  a real grant (granted true, would_deny null): ticket not issued by an approval
+#       of its request, another digest, at or after the approval's expires_at, after a
+#       revocation, a second real grant of one ticket
+#   7   a follow-up whose `follows` is not an earlier record of the same request
+#
+# Bodies are checked structurally with the envelope (check_body), so the replay sees well-
+# typed fields; it still reads them defensively and fails closed: a deadline or expiry that is not a valid timestamp is never "later" than any
+# ts (so a closing record, revocation of an open request, timeout or real grant that
+# depends on it is a violation); a ticket_id or action_digest that is not a string matches
+# nothing; a missing `would_deny` counts as null; a decision whose `decision` is not
+# "approve" is not an approval (its request counts as edited). Records with request_id
+# null are never violations (they can still be followed, which rule 7 then refuses).
+
+
+def ts_micros(v: object) -> int | None:
+    """A timestamp as microseconds since 1970-01-01T00:00:00Z; None when `v` is not one."""
+    if not is_timestamp(v):
+        return None
+    y, mo, d, h, mi, s, us = (int(x) for x in _TS_RE.fullmatch(v).groups())
+    delta = datetime(y, mo, d, h, mi, s) - datetime(1970, 1, 1)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + us
+
+
+def _before(a: int | None, b: int | None) -> bool:
+    """a < b as instants; False when either is not a timestamp (fail closed)."""
+    return a is not None and b is not None and a < b
+
+
+@dataclass
+class _RequestState:
+    deadline: int | None  # the interrupt's expires_at
+    action_digest: object  # the interrupt's action_digest
+    state: str = "open"  # open, approved, edited, rejected, timed_out, revoked (while open)
+    revoked: bool = False
+
+
+@dataclass
+class _TicketState:
+    request_id: str
+    issued_by: str  # approve, edit, reject
+    expires_at: int | None  # the approval's expires_at (approvals only)
+    used: bool = False  # a real grant consumed it
+
+
+_STATE_WORDS = {"rejected": "rejected", "edited": "edited", "timed_out": "timed out"}
+
+
+class RuleReplay:
+    """The approval-rule replay over records in seq order.
+
+    `step(record, leaf_hash_hex)` returns None or the message of the violation the
+    record is; the state after a violation is not meaningful (stop at the first)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, _RequestState] = {}
+        self.tickets: dict[str, _TicketState] = {}
+        self.leaf_requests: dict[str, str | None] = {}  # leaf hash hex -> request_id
+
+    def step(self, rec: dict, leaf_hash_hex: str) -> str | None:
+        try:
+            return self._check(rec)
+        finally:
+            self.leaf_requests.setdefault(leaf_hash_hex, rec["request_id"])
+
+    def _check(self, rec: dict) -> str | None:
+        rid = rec["request_id"]
+        if rid is None:
+            return None
+        kind = rec["kind"]
+        body = rec["body"]
+        ts = ts_micros(rec["ts"])
+        if kind == "interrupt":
+            return self._interrupt(rid, body)
+        req = self.requests.get(rid)
+        if req is None:
+            return "rule 2: a %s record names request %s, which has no interrupt before it" % (kind, ascii(rid))
+        if kind in ("decision", "rejection"):
+            return self._closing(rid, req, kind, body, ts)
+        if kind == "timeout":
+            return self._timeout(rid, req, body, ts)
+        if kind == "revocation":
+            return self._revocation(rid, req, ts)
+        if kind == "authorization":
+            return self._authorization(rid, req, body, ts)
+        if kind == "follow_up":
+            return self._follow_up(rid, body)
+        return None  # a refusal naming a request that has an interrupt
+
+    def _interrupt(self, rid: str, body: dict) -> str | None:
+        if rid in self.requests:
+            return "rule 1: a second interrupt of request %s" % ascii(rid)
+        self.requests[rid] = _RequestState(ts_micros(body.get("expires_at")), body.get("action_digest"))
+        return None
+
+    @staticmethod
+    def _closed(rid: str, req: _RequestState) -> str:
+        state = "revoked" if req.state == "revoked" else req.state.replace("_", " ")
+        return "a second closing record (request %s is already %s)" % (ascii(rid), state)
+
+    def _closing(self, rid: str, req: _RequestState, kind: str, body: dict, ts: int | None) -> str | None:
+        if req.state != "open":
+            return "rule 3a: " + self._closed(rid, req)
+        if not _before(ts, req.deadline):
+            return "rule 3b: a closing record at or after the review deadline of request %s" % ascii(rid)
+        if kind == "rejection":
+            issued_by, state = "reject", "rejected"
+        elif body.get("decision") == "approve":
+            issued_by, state = "approve", "approved"
+        else:
+            issued_by, state = "edit", "edited"
+        ticket = body.get("ticket_id")
+        if isinstance(ticket, str) and ticket in self.tickets:
+            return "rule 3: a ticket id issued twice (%s)" % ascii(ticket)
+        req.state = state
+        if isinstance(ticket, str):
+            expires = ts_micros(body.get("expires_at")) if issued_by == "approve" else None
+            self.tickets[ticket] = _TicketState(rid, issued_by, expires)
+        return None
+
+    def _timeout(self, rid: str, req: _RequestState, body: dict, ts: int | None) -> str | None:
+        if req.state != "open":
+            return "rule 4a: " + self._closed(rid, req)
+        if _before(ts, req.deadline):
+            return "rule 4b: a timeout before the review deadline of request %s" % ascii(rid)
+        named = ts_micros(body.get("expires_at"))
+        if named is None or req.deadline is None or named != req.deadline:
+            return "rule 4c: a timeout naming another deadline than request %s's" % ascii(rid)
+        req.state = "timed_out"
+        return None
+
+    def _revocation(self, rid: str, req: _RequestState, ts: int | None) -> str | None:
+        if req.state == "open":
+            if not _before(ts, req.deadline):
+                return "rule 5a: a revocation of an overdue request (%s)" % ascii(rid)
+            req.state = "revoked"
+            req.revoked = True
+            return None
+        if req.state == "approved" and not req.revoked:
+            req.revoked = True
+            return None
+        state = "already revoked" if req.revoked else _STATE_WORDS.get(req.state, req.state)
+        return "rule 5c: a revocation of a request that is %s (%s)" % (state, ascii(rid))
+
+    def _authorization(self, rid: str, req: _RequestState, body: dict, ts: int | None) -> str | None:
+        if body.get("granted") is not True or body.get("would_deny") is not None:
+            return None  # a denial, or an observe-mode would-deny: never a violation
+        ticket = body.get("ticket_id")
+        tk = self.tickets.get(ticket) if isinstance(ticket, str) else None
+        if tk is None or tk.issued_by != "approve" or tk.request_id != rid:
+            return "rule 6a: real grant with a ticket not issued by an approval of its request (%s)" % ascii(rid)
+        digest = body.get("action_digest")
+        if not isinstance(digest, str) or digest != req.action_digest:
+            return "rule 6b: real grant whose digest is not the approved one (%s)" % ascii(rid)
+        if not _before(ts, tk.expires_at):
+            return "rule 6c: real grant at or after the approval's expires_at (%s)" % ascii(rid)
+        if req.revoked:
+            return "rule 6d: real grant after a revocation (%s)" % ascii(rid)
+        if tk.used:
+            return "rule 6e: a second real grant of one ticket (%s)" % ascii(ticket)
+        tk.used = True
+        return None
+
+    def _follow_up(self, rid: str, body: dict) -> str | None:
+        follows = body.get("follows")
+        if not isinstance(follows, str) or follows not in self.leaf_requests or self.leaf_requests[follows] != rid:
+            return "rule 7: a follow-up that follows a record of another request (%s)" % ascii(rid)
+        return None
+
+
+def first_rule_violation(records: list[tuple[dict, str]]) -> tuple[int, str] | None:
+    """(seq, message) of the first record the approval rules forbid, or None.
+
+    `records` are (record, leaf hash hex) in seq order, each with a checked envelope."""
+    replay = RuleReplay()
+    for rec, lh_hex in records:
+        msg = replay.step(rec, lh_hex)
+        if msg is not None:
+            return rec["seq"], msg
     return None
 
 
@@ -651,6 +928,7 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
     entries = doc["records"]
     prev_seq = None
     prev_hash_hex = ZERO_HASH_HEX
+    replayed: list[tuple[dict, str]] = []
     for i, entry in enumerate(entries):
         seq = entry["seq"]
         try:
@@ -689,6 +967,7 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
             raise Problem("thread_prev", "thread_prev is not the previous record's leaf hash", seq)
         prev_seq = seq
         prev_hash_hex = lh.hex()
+        replayed.append((rec, prev_hash_hex))
 
     if th.origin != origin:
         raise Problem("thread_head_mismatch", "thread head origin is not the bundle's origin")
@@ -700,6 +979,11 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
         raise Problem("thread_head_mismatch", "thread head size %d but the bundle has %d records" % (th.size, len(entries)))
     if th.head != prev_hash_hex:
         raise Problem("thread_head_mismatch", "thread head is not the last record's leaf hash")
+
+    # Every structural check passed: replay the approval rules.
+    violation = first_rule_violation(replayed)
+    if violation is not None:
+        raise Problem("rule_violation", violation[1], violation[0])
 
 
 def _result(summary: dict, problem: Problem | None) -> dict:

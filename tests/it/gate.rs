@@ -351,11 +351,30 @@ fn bad_gate_input_is_refused_and_writes_nothing() {
         .authorize("unknown", authorize_req("nope", refund(1), None), &agent())
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::RequestNotFound);
-    let e = hitl_ledger::request::AuthorizeRequest::from_map(map(
-        json!({"ticket_id": OTHER_TICKET, "action": "refund"}),
-    ))
-    .unwrap_err();
+    // The action's form is checked after the request is found and the ticket's form
+    // (section 3's order): a known request with a bad action is invalid_action, an unknown one
+    // is request_not_found, and a bad ticket is named before a bad action.
+    let bad_action = |ticket: &str| {
+        hitl_ledger::request::AuthorizeRequest::from_map(map(
+            json!({"ticket_id": ticket, "action": "refund"}),
+        ))
+        .unwrap()
+    };
+    let e = f
+        .l()
+        .authorize("r", bad_action(OTHER_TICKET), &agent())
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidAction);
+    let e = f
+        .l()
+        .authorize("unknown", bad_action(OTHER_TICKET), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::RequestNotFound);
+    let e = f
+        .l()
+        .authorize("r", bad_action("nope"), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidTicketId);
     let e = f
         .l()
         .authorize(

@@ -314,7 +314,7 @@ fn replays_survive_a_policy_change() {
     let e = f.l().decide("w1", edit.clone(), &reviewer()).unwrap();
     std::fs::write(
         f.path().join("policy.json"),
-        r#"{"default": {"review_window_seconds": 600}, "tools": {"refund": {"redact": ["/order_id"]}}}"#,
+        r#"{"default": {"review_window_seconds": 600}, "tools": {"refund": {"redact": ["/order_id"]}, "wire_transfer": {"redact": ["/account"]}}}"#,
     )
     .unwrap();
     f.reopen();
@@ -344,4 +344,26 @@ fn replays_survive_a_policy_change() {
         .interrupt(interrupt_req("r1", "t1", refund(2501)), &agent())
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    // The record names the pointers it applied, not which of them the request named: once the
+    // policy no longer redacts /account, a replay that names no pointer cannot be told from one
+    // that dropped the original's own `redact` list (section 4: a conflict), so it is refused.
+    std::fs::write(
+        f.path().join("policy.json"),
+        r#"{"default": {"review_window_seconds": 600}}"#,
+    )
+    .unwrap();
+    f.reopen();
+    let err = f
+        .l()
+        .interrupt(
+            interrupt_req(
+                "w1",
+                "t1",
+                json!({"tool": "wire_transfer", "args": {"account": "DE89", "amount": "5"}}),
+            ),
+            &agent(),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    assert_eq!(f.size(), n);
 }

@@ -4,9 +4,12 @@ mod http;
 mod util;
 
 mod cli;
+mod faults;
 mod gate;
 mod golden;
+mod hardening;
 mod ledger;
+mod rules;
 mod schemas;
 mod server;
 mod tamper;

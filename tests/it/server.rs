@@ -28,6 +28,11 @@ impl TestServer {
     }
 
     pub fn start_with(commit: CommitConfig) -> TestServer {
+        TestServer::start_full(commit, None)
+    }
+
+    /// A server with a bound on the request-body bytes in flight.
+    pub fn start_full(commit: CommitConfig, max_in_flight: Option<usize>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         Ledger::init(dir.path(), ORIGIN).unwrap();
         let tpath = dir.path().join("tokens.json");
@@ -57,8 +62,11 @@ impl TestServer {
                 tx_addr.send(listener.local_addr().unwrap()).unwrap();
                 let ledger = Arc::new(Ledger::open(&path).unwrap());
                 let tokens = Tokens::load(&path.join("tokens.json")).unwrap();
-                let state = AppState::new(ledger, tokens, commit)
+                let mut state = AppState::new(ledger, tokens, commit)
                     .watch_tokens_file(&path.join("tokens.json"));
+                if let Some(n) = max_in_flight {
+                    state = state.with_max_in_flight(n);
+                }
                 serve(listener, state, async move {
                     let _ = stop_rx.await;
                 })
@@ -636,6 +644,67 @@ fn a_full_queue_is_refused_not_buffered() {
         answered.load(std::sync::atomic::Ordering::SeqCst),
         accepted,
         "every accepted op is answered"
+    );
+}
+
+/// Regression (issue 10, defect 8): the server had no bound on request bodies in flight (the
+/// 4,096-slot queue could hold about 4 GiB). Bodies being read count against a bound, and past
+/// it a write answers 503 `overloaded` with Retry-After before its body is read.
+#[test]
+fn regression_request_bytes_in_flight_are_bounded() {
+    use std::io::Write;
+    let s = TestServer::start_full(CommitConfig::default(), Some(2 << 20));
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        write!(
+            c,
+            "POST /v1/interrupts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+            s.t("agent"),
+            1 << 20
+        )
+        .unwrap();
+        slow.push(c);
+    }
+    let body = interrupt_body("in-flight", "t");
+    // Wait until the server has read both requests' headers and reserved their bodies.
+    let in_flight = || {
+        let m = get(s.addr, "/metrics", s.t("admin")).text();
+        m.lines()
+            .find_map(|l| l.strip_prefix("hitl_ledger_request_bytes_in_flight "))
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while in_flight() < 2 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow bodies were never reserved"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = post(s.addr, "/v1/interrupts", s.t("agent"), &body);
+    assert_eq!(
+        r.status,
+        503,
+        "two unfinished 1 MiB bodies fill a bound of 2 MiB: {}",
+        r.text()
+    );
+    assert_eq!(r.code(), "overloaded");
+    assert_eq!(r.header("Retry-After"), Some("1"));
+    assert_eq!(s.size(), 0, "nothing was written");
+    drop(slow);
+    while in_flight() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "closed connections give their bytes back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        post(s.addr, "/v1/interrupts", s.t("agent"), &body).status,
+        201
     );
 }
 

@@ -218,3 +218,155 @@ pub fn cli_verify(dir: &Path, extra: &[&str]) -> (i32, Value) {
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     (code, v)
 }
+
+/// The ledger's signing key, read from its data directory (what a holder of the key, or a
+/// tampering test, has).
+pub fn signer_of(dir: &Path) -> hitl_ledger::note::NoteSigner {
+    use base64::Engine;
+    let text = std::fs::read_to_string(dir.join("signing.key")).unwrap();
+    let rest = text.trim_end().strip_prefix("PRIVATE+KEY+").unwrap();
+    let mut parts = rest.splitn(3, '+');
+    let name = parts.next().unwrap();
+    let _id = parts.next().unwrap();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(parts.next().unwrap())
+        .unwrap();
+    let seed: [u8; 32] = raw[1..].try_into().unwrap();
+    hitl_ledger::note::NoteSigner::from_seed(name, &seed).unwrap()
+}
+
+/// Writes a record of `kind` in request `rid` with `body` directly into the store, correctly
+/// chained (seq, prev, thread), indexed and covered by a freshly signed checkpoint, as the
+/// holder of the store and the key could: every byte-level check passes, so only the rule
+/// replay can tell. Its `ts` is the clock's reading (never before the head's). Returns its seq.
+pub fn forge(f: &mut Fixture, kind: hitl_ledger::record::Kind, rid: &str, body: Value) -> u64 {
+    use hitl_ledger::index;
+    use hitl_ledger::merkle;
+    use hitl_ledger::note::Checkpoint;
+    use hitl_ledger::record::{Record, ZERO_HASH};
+    use hitl_ledger::store::{Cf, View, be};
+    let signer = signer_of(f.path());
+    let now = hitl_ledger::clock::Clock::now(&f.clock);
+    let store = f.raw_store();
+    let mut view = View::new(&store);
+    let head = index::head(&view).unwrap();
+    let st = index::request(&view, rid)
+        .unwrap()
+        .expect("the request exists");
+    let (thread_seq, thread_prev) = index::thread_head(&view, &st.thread_id)
+        .unwrap()
+        .unwrap_or((0, ZERO_HASH));
+    let record = Record {
+        origin: ORIGIN.into(),
+        seq: head.size,
+        prev: head.last_hash,
+        ts: Timestamp::from_micros(now.micros().max(head.last_ts)),
+        kind,
+        thread_id: st.thread_id.clone(),
+        run_id: st.run_id.clone(),
+        checkpoint_ns: st.checkpoint_ns.clone(),
+        checkpoint_id: st.checkpoint_id.clone(),
+        request_id: Some(rid.into()),
+        thread_seq,
+        thread_prev,
+        actor: agent(),
+        body: map(body),
+    };
+    let leaf = record.leaf().unwrap();
+    Record::from_leaf(&leaf).expect("a forged record must still be a valid record");
+    let hash = merkle::leaf_hash(&leaf);
+    view.put(Cf::Records, be(record.seq).to_vec(), leaf);
+    index::apply(&mut view, record.seq, &hash, &record).unwrap();
+    let size = record.seq + 1;
+    let cp = Checkpoint {
+        origin: ORIGIN.into(),
+        size,
+        root: merkle::root(&view, size).unwrap(),
+    };
+    view.put(
+        Cf::Checkpoints,
+        be(size).to_vec(),
+        signer.sign(&cp.body()).unwrap().into_bytes(),
+    );
+    store.write(view.staged(), true).unwrap();
+    drop(view);
+    drop(store);
+    f.reopen();
+    record.seq
+}
+
+/// `init` in `dir` and one token per role (principal `<role>-1`): role → token.
+pub fn init_with_tokens(dir: &Path) -> std::collections::HashMap<String, String> {
+    let (code, _, err) = run(dir, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let mut tokens = std::collections::HashMap::new();
+    for role in ["agent", "reviewer", "auditor", "admin"] {
+        let (code, out, err) = run(
+            dir,
+            &[
+                "token",
+                "add",
+                "--principal",
+                &format!("{role}-1"),
+                "--role",
+                role,
+                "--format",
+                "json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        tokens.insert(role.to_string(), v["token"].as_str().unwrap().to_string());
+    }
+    tokens
+}
+
+/// Starts the real binary's `serve` on port 0 over an initialized `dir`, with extra
+/// environment variables: (child, address). The child's stderr goes to `stderr`.
+pub fn serve_binary(
+    dir: &Path,
+    envs: &[(&str, &std::ffi::OsStr)],
+    stderr: std::process::Stdio,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let mut cmd = Command::new(bin());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .arg("--data")
+        .arg(dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+/// Builds the fault-injection shim (`tests/faults/failio.c`) with the machine's C compiler
+/// into `out_dir`; returns the shared object's path.
+pub fn build_fault_shim(out_dir: &Path) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/faults/failio.c");
+    let out = out_dir.join("libfailio.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (cc) builds the fault shim");
+    assert!(status.success(), "building {}", src.display());
+    out
+}

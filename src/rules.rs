@@ -1,0 +1,260 @@
+//! The approval-rule replay, pure: records in `seq` order in, the outcomes that sections 3 and
+//! 4 of the protocol forbid out (problem code `rule_violation`). `verify` replays the whole
+//! ledger, `verify-export` one bundle, so an auditor checks that the gate obeyed its own rules,
+//! not only that the bytes are intact. The rules, in their order, are in `docs/protocol.md`
+//! ("The approval-rule replay"); each message below starts with its rule number.
+
+use std::collections::HashMap;
+
+use crate::merkle::Hash;
+use crate::record::{Kind, Record, parse_hex_hash};
+
+/// How a request was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Approved,
+    Edited,
+    Rejected,
+    TimedOut,
+    RevokedOpen,
+}
+
+#[derive(Debug)]
+struct RequestRules {
+    /// The review deadline, µs.
+    deadline: i64,
+    /// The digest the interrupt bound.
+    digest: String,
+    closed: Option<Closed>,
+    revoked: bool,
+}
+
+/// What kind of decision issued a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Issuer {
+    Approve,
+    Edit,
+    Reject,
+}
+
+#[derive(Debug)]
+struct TicketRules {
+    request: String,
+    issuer: Issuer,
+    /// The approval's `expires_at`, µs (approvals only).
+    expires_at: Option<i64>,
+    used: bool,
+}
+
+/// The replay's state: one entry per request and per ticket, and the request of every record
+/// that names one (for `follows`).
+#[derive(Debug, Default)]
+pub struct RuleReplay {
+    requests: HashMap<String, RequestRules>,
+    tickets: HashMap<String, TicketRules>,
+    records: HashMap<Hash, String>,
+}
+
+fn micros(r: &Record, field: &str) -> Option<i64> {
+    r.body_ts(field).map(|t| t.micros())
+}
+
+impl RuleReplay {
+    /// An empty replay.
+    pub fn new() -> RuleReplay {
+        RuleReplay::default()
+    }
+
+    /// Replays one record (the next in `seq` order, with its leaf hash). Returns why its
+    /// outcome is forbidden, or `None`. A forbidden record changes no state, so each later
+    /// record is judged against what the rules allowed.
+    pub fn step(&mut self, r: &Record, leaf_hash: &Hash) -> Option<String> {
+        let rid = r.request_id.as_deref()?;
+        let verdict = self.judge(r, rid);
+        if verdict.is_none() {
+            self.records.insert(*leaf_hash, rid.to_string());
+        }
+        verdict
+    }
+
+    fn judge(&mut self, r: &Record, rid: &str) -> Option<String> {
+        let ts = r.ts.micros();
+        if r.kind == Kind::Interrupt {
+            if self.requests.contains_key(rid) {
+                return Some(format!("rule 1: a second interrupt of request {rid:?}"));
+            }
+            self.requests.insert(
+                rid.to_string(),
+                RequestRules {
+                    deadline: micros(r, "expires_at").unwrap_or(i64::MIN),
+                    digest: r.body_str("action_digest").unwrap_or_default().to_string(),
+                    closed: None,
+                    revoked: false,
+                },
+            );
+            return None;
+        }
+        let Some(req) = self.requests.get(rid) else {
+            return Some(format!(
+                "rule 2: a {} of request {rid:?}, which has no interrupt before it",
+                r.kind.as_str()
+            ));
+        };
+        match r.kind {
+            Kind::Decision | Kind::Rejection => {
+                if let Some(c) = req.closed {
+                    return Some(format!(
+                        "rule 3a: a second closing record of request {rid:?} (it was {})",
+                        closed_name(c)
+                    ));
+                }
+                if ts >= req.deadline {
+                    return Some(format!(
+                        "rule 3b: a closing record of request {rid:?} at or after the review deadline"
+                    ));
+                }
+                let ticket = r.body_str("ticket_id").unwrap_or_default().to_string();
+                if self.tickets.contains_key(&ticket) {
+                    return Some(format!("rule 3: ticket {ticket:?} is issued a second time"));
+                }
+                let issuer = match (r.kind, r.body_str("decision")) {
+                    (Kind::Rejection, _) => Issuer::Reject,
+                    (_, Some("approve")) => Issuer::Approve,
+                    _ => Issuer::Edit,
+                };
+                self.tickets.insert(
+                    ticket,
+                    TicketRules {
+                        request: rid.to_string(),
+                        issuer,
+                        expires_at: (issuer == Issuer::Approve)
+                            .then(|| micros(r, "expires_at"))
+                            .flatten(),
+                        used: false,
+                    },
+                );
+                let closed = match issuer {
+                    Issuer::Approve => Closed::Approved,
+                    Issuer::Edit => Closed::Edited,
+                    Issuer::Reject => Closed::Rejected,
+                };
+                self.close(rid, closed, false);
+                None
+            }
+            Kind::Timeout => {
+                if let Some(c) = req.closed {
+                    return Some(format!(
+                        "rule 4a: a second closing record of request {rid:?} (it was {})",
+                        closed_name(c)
+                    ));
+                }
+                if ts < req.deadline {
+                    return Some(format!(
+                        "rule 4b: a timeout of request {rid:?} before the review deadline"
+                    ));
+                }
+                if micros(r, "expires_at") != Some(req.deadline) {
+                    return Some(format!(
+                        "rule 4c: a timeout of request {rid:?} naming another deadline"
+                    ));
+                }
+                self.close(rid, Closed::TimedOut, false);
+                None
+            }
+            Kind::Revocation => match (req.closed, req.revoked) {
+                (None, _) if ts >= req.deadline => Some(format!(
+                    "rule 5a: a revocation of the overdue request {rid:?}"
+                )),
+                (None, _) => {
+                    self.close(rid, Closed::RevokedOpen, true);
+                    None
+                }
+                (Some(Closed::Approved), false) => {
+                    self.close(rid, Closed::Approved, true);
+                    None
+                }
+                (Some(c), revoked) => Some(format!(
+                    "rule 5c: a revocation of request {rid:?}, which is {}",
+                    if revoked {
+                        "already revoked"
+                    } else {
+                        closed_name(c)
+                    }
+                )),
+            },
+            Kind::Authorization => self.grant(r, rid, ts),
+            Kind::FollowUp => {
+                let follows = r.body_str("follows").and_then(parse_hex_hash);
+                match follows.and_then(|h| self.records.get(&h)) {
+                    Some(owner) if owner == rid => None,
+                    _ => Some(format!(
+                        "rule 7: a follow-up of request {rid:?} that follows a record of another request"
+                    )),
+                }
+            }
+            Kind::Refusal | Kind::Interrupt => None,
+        }
+    }
+
+    /// Rule 6: a real grant (`granted: true`, `would_deny: null`) consumes an unexpired,
+    /// unrevoked approval of its own request for exactly the approved action, once.
+    fn grant(&mut self, r: &Record, rid: &str, ts: i64) -> Option<String> {
+        let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
+        let observed = r.body.get("would_deny").is_some_and(|v| !v.is_null());
+        if !granted || observed {
+            return None;
+        }
+        let req = self.requests.get(rid)?;
+        let ticket_id = r.body_str("ticket_id").unwrap_or_default();
+        let ticket = self
+            .tickets
+            .get(ticket_id)
+            .filter(|t| t.request == rid && t.issuer == Issuer::Approve);
+        let Some(ticket) = ticket else {
+            return Some(format!(
+                "rule 6a: a grant of ticket {ticket_id:?}, which no approval of request {rid:?} issued"
+            ));
+        };
+        if r.body_str("action_digest") != Some(req.digest.as_str()) {
+            return Some(format!(
+                "rule 6b: a grant in request {rid:?} whose digest is not the approved one"
+            ));
+        }
+        if ticket.expires_at.is_none_or(|e| ts >= e) {
+            return Some(format!(
+                "rule 6c: a grant of ticket {ticket_id:?} at or after the approval's expires_at"
+            ));
+        }
+        if req.revoked {
+            return Some(format!(
+                "rule 6d: a grant of ticket {ticket_id:?} after request {rid:?} was revoked"
+            ));
+        }
+        if ticket.used {
+            return Some(format!(
+                "rule 6e: a second real grant of ticket {ticket_id:?}"
+            ));
+        }
+        if let Some(t) = self.tickets.get_mut(ticket_id) {
+            t.used = true;
+        }
+        None
+    }
+
+    fn close(&mut self, rid: &str, closed: Closed, revoked: bool) {
+        if let Some(q) = self.requests.get_mut(rid) {
+            q.closed = Some(closed);
+            q.revoked |= revoked;
+        }
+    }
+}
+
+fn closed_name(c: Closed) -> &'static str {
+    match c {
+        Closed::Approved => "approved",
+        Closed::Edited => "edited",
+        Closed::Rejected => "rejected",
+        Closed::TimedOut => "timed out",
+        Closed::RevokedOpen => "revoked while open",
+    }
+}
