@@ -21,7 +21,7 @@ CODES = {
     "not_found": 404, "request_not_found": 404, "thread_not_found": 404, "append_only": 405,
     "method_not_allowed": 405, "conflict": 409, "idempotency_conflict": 409,
     "body_too_large": 413, "record_too_large": 413, "unsupported_media_type": 415,
-    "overloaded": 503,
+    "overloaded": 503, "unwritable": 503, "storage_error": 500, "internal_error": 500,
 }
 
 RECORD_ANSWER = {
@@ -138,6 +138,28 @@ def test_authorize_with_attempt_id_is_retried(fake):
         "r", ticket_id="t", action={"tool": "t", "args": {}}, attempt_id="a1")
     assert auth.granted and len(fake.requests) == 2
     assert json.loads(fake.requests[0][2]) == json.loads(fake.requests[1][2])
+
+
+@pytest.mark.parametrize("failure", [
+    (500, {"error": "storage_error", "message": "sync failed"}, {}),
+    (503, {"error": "unwritable", "message": "restart needed"}, {}),
+    "drop",
+])
+def test_execute_approved_retries_a_failed_authorize_with_the_same_attempt(fake, failure):
+    """A 5xx or a dropped connection leaves the grant's outcome unknown: the executor asks
+    again with the same attempt id, gets the same grant and key back (the ledger returns it as
+    a duplicate), and acts once, instead of being told approval_already_used."""
+    fake.answers += [failure, (200, dict(RECORD_ANSWER, duplicate=True), {}),
+                     (201, {"record": {}, "leaf_hash": "1" * 64, "seq": 4, "duplicate": False}, {})]
+    calls = []
+    action = {"tool": "refund", "args": {"order_id": "O-1"}}
+    approval = Approval(request_id="r", ticket_id="t", action=action, original_request_id="r")
+    out = execute_approved(client(fake.url, retries=2), approval,
+                           lambda args, idempotency_key: calls.append(idempotency_key))
+    assert out.executed and calls == ["ab" * 32]
+    first, second = (json.loads(r[2]) for r in fake.requests[:2])
+    assert fake.requests[0][1] == fake.requests[1][1] == "/v1/requests/r/authorize"
+    assert first["attempt_id"] and first == second
 
 
 def test_idempotent_append_is_retried_with_the_same_body(fake):

@@ -1,6 +1,7 @@
 """A small, dependency-free HTTP client for every route of the hitl-ledger v1 API (spec section 6).
 
-Retries. A call is repeated after a connection failure or a 503 ``overloaded`` only when
+Retries. A call is repeated after a connection failure or a 5xx answer (``storage_error``,
+``internal_error``: the outcome of a write is unknown; ``overloaded``, ``unwritable``) only when
 repeating it cannot do anything twice:
 
 - ``GET`` routes;
@@ -215,7 +216,7 @@ class LedgerClient:
             except (OSError, http.client.HTTPException) as e:
                 last = e
                 continue
-            if status == 503 and idempotent and attempt + 1 < attempts:
+            if status >= 500 and idempotent and attempt + 1 < attempts:
                 retry_after = _retry_after(resp_headers)
                 if retry_after is not None:
                     delay = min(retry_after, self.max_retry_after)

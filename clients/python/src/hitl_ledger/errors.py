@@ -201,12 +201,41 @@ class UnsupportedMediaType(ApiError):
     code = "unsupported_media_type"
 
 
+# 500: the outcome of a write is unknown (it may have become durable); retry the same body,
+# or authorize with the same attempt_id.
+class ServerError(ApiError):
+    """A 5xx answer: for a write, the outcome is unknown (it may have become durable)."""
+
+    status = 500
+
+
+class StorageError(ServerError):
+    code = "storage_error"
+
+
+class InternalError(ServerError):
+    code = "internal_error"
+
+
 # 503
-class Overloaded(ApiError):
-    """The ledger's write queue is full; ``retry_after`` holds its ``Retry-After`` in seconds."""
+class Unavailable(ServerError):
+    """The ledger accepts no write now (503)."""
 
     status = 503
+
+
+class Overloaded(Unavailable):
+    """The ledger's write queue is full, or too many request bytes are in flight;
+    ``retry_after`` holds its ``Retry-After`` in seconds."""
+
     code = "overloaded"
+
+
+class Unwritable(Unavailable):
+    """A write or sync failed on the server: it accepts no write until it is restarted (reads
+    go on). Another server of the same ledger may accept the retry."""
+
+    code = "unwritable"
 
 
 #: Every error code of the contract (spec section 6) and the class raised for it.
@@ -237,7 +266,10 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
         BodyTooLarge,
         RecordTooLarge,
         UnsupportedMediaType,
+        StorageError,
+        InternalError,
         Overloaded,
+        Unwritable,
     )
 }
 
@@ -250,7 +282,8 @@ _STATUS_CLASSES: dict[int, type[ApiError]] = {
     409: ConflictError,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
-    503: Overloaded,
+    500: ServerError,
+    503: Unavailable,
 }
 
 
