@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use hitl_ledger::format::record::Actor;
 use hitl_ledger::ledger::{Ledger, Op};
-use hitl_ledger::record::Actor;
-use hitl_ledger::request::InterruptRequest;
+use hitl_ledger::model::request::InterruptRequest;
 use serde_json::json;
 
 const THREAD_RECORDS: u64 = 20;

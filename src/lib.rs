@@ -1,36 +1,29 @@
 //! hitl-ledger: a tamper-evident, append-only, hash-chained ledger for human-in-the-loop
-//! approvals of AI agents, on RocksDB.
+//! approvals of AI agents.
 //!
-//! Layers, each depending only on those above it:
-//! - [`jcs`], [`record`], [`action`], [`clock`]: canonical bytes and the record model;
-//! - [`merkle`]: the RFC 6962 tree; [`note`]: signed notes, checkpoints, thread heads;
-//! - [`verify`]: pure verification, bytes and time in, verdict with evidence out;
-//! - [`store`], [`index`]: RocksDB and the derived indexes;
-//! - [`ledger`]: the single writer, the gate, reads; [`commit`]: group commit;
-//! - [`cli`]: the command line.
+//! The crate is layered; a module imports only from a lower rank or from its own folder (the
+//! test `layering` enforces it, `docs/design.md` explains the cut):
+//!
+//! | rank | modules | what |
+//! |---|---|---|
+//! | 0 | [`error`], [`clock`] | error codes and HTTP statuses; time |
+//! | 1 | [`format`], [`storage`] | pure bytes; storage engines |
+//! | 2 | [`model`], [`verify`] | pure semantics; pure verification |
+//! | 3 | [`index`] | derived state |
+//! | 4 | [`ledger`] | the writer, the gate, reads, proofs |
+//! | 6 | [`server`] | the HTTP API |
 //!
 //! The protocol is `docs/protocol.md`; the storage layout is `docs/format.md`.
 #![deny(missing_docs)]
 
-pub mod action;
-pub mod auth;
-pub mod cli;
 pub mod clock;
-pub mod commit;
 pub mod error;
-pub mod export;
+pub mod format;
 pub mod index;
-pub mod jcs;
 pub mod ledger;
-pub mod merkle;
-pub mod metrics;
-pub mod note;
-pub mod policy;
-pub mod record;
-pub mod request;
-pub mod rules;
+pub mod model;
 pub mod server;
-pub mod store;
+pub mod storage;
 pub mod verify;
 
 #[cfg(test)]

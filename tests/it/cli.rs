@@ -169,7 +169,7 @@ fn export_views_and_offline_verification() {
 
 #[test]
 fn csv_cells_defuse_formulas() {
-    use hitl_ledger::export::csv_cell;
+    use hitl_ledger::ledger::export::csv_cell;
     assert_eq!(csv_cell("=SUM(A1)"), "'=SUM(A1)");
     assert_eq!(csv_cell("-5"), "-5");
     assert_eq!(csv_cell("a,b"), "\"a,b\"");

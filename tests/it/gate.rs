@@ -5,9 +5,9 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use hitl_ledger::ErrorCode;
 use hitl_ledger::clock::Timestamp;
+use hitl_ledger::format::record::Kind;
 use hitl_ledger::ledger::{Extra, Ledger};
-use hitl_ledger::record::Kind;
-use hitl_ledger::request::{DecisionRequest, RevokeRequest};
+use hitl_ledger::model::request::{DecisionRequest, RevokeRequest};
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -65,7 +65,7 @@ fn grant_then_executor_runs_once_with_the_key() {
     assert_eq!(calls.len(), 1);
     assert_eq!(
         calls[0].1,
-        hitl_ledger::action::idempotency_key(ORIGIN, "r")
+        hitl_ledger::model::action::idempotency_key(ORIGIN, "r")
     );
 }
 
@@ -355,7 +355,7 @@ fn bad_gate_input_is_refused_and_writes_nothing() {
     // (section 3's order): a known request with a bad action is invalid_action, an unknown one
     // is request_not_found, and a bad ticket is named before a bad action.
     let bad_action = |ticket: &str| {
-        hitl_ledger::request::AuthorizeRequest::from_map(map(
+        hitl_ledger::model::request::AuthorizeRequest::from_map(map(
             json!({"ticket_id": ticket, "action": "refund"}),
         ))
         .unwrap()
@@ -499,8 +499,8 @@ fn the_gate_fails_closed_when_the_store_cannot_be_trusted() {
     let n = f.size();
     let s = f.raw_store();
     s.raw_delete(
-        hitl_ledger::store::Cf::Records,
-        &hitl_ledger::store::be(n - 1),
+        hitl_ledger::storage::rocks::Cf::Records,
+        &hitl_ledger::storage::rocks::be(n - 1),
     )
     .unwrap();
     drop(s);

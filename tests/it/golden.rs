@@ -4,8 +4,8 @@
 //! (which the contract says is a new format version, never an edit in place).
 
 use hitl_ledger::clock::Timestamp;
-use hitl_ledger::merkle;
-use hitl_ledger::record::{Actor, Kind, Record};
+use hitl_ledger::format::merkle;
+use hitl_ledger::format::record::{Actor, Kind, Record};
 use serde_json::{Value, json};
 
 fn record(kind: Kind, seq: u64, body: Value) -> Record {

@@ -3,7 +3,7 @@
 
 use hitl_ledger::ErrorCode;
 use hitl_ledger::ledger::Op;
-use hitl_ledger::request::{FollowUpRequest, parse_body};
+use hitl_ledger::model::request::{FollowUpRequest, parse_body};
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -55,11 +55,7 @@ fn regression_observe_mode_does_not_let_an_enforced_tool_through() {
 
 fn nested_detail(levels: usize) -> String {
     // `levels` objects nested inside `detail`, which itself sits at level 2 of the body.
-    format!(
-        "{}{}",
-        r#"{"a":"#.repeat(levels),
-        format!("1{}", "}".repeat(levels))
-    )
+    format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels))
 }
 
 fn follow_up_body(follows: &str, detail: &str) -> Vec<u8> {
@@ -255,7 +251,7 @@ fn regression_bare_nan_and_infinity_are_not_canonicalizable() {
 #[test]
 fn regression_a_second_grant_after_an_index_edit_is_reported_by_verify() {
     use hitl_ledger::index::RequestState;
-    use hitl_ledger::store::Cf;
+    use hitl_ledger::storage::rocks::Cf;
     let mut f = Fixture::new();
     f.interrupt("r", "t", refund(10));
     let (t, _) = f.approve("r");
@@ -349,8 +345,8 @@ fn regression_the_data_directory_is_private_and_a_readable_one_is_refused() {
 /// `reindex` refuses, names the seq and why, and changes nothing.
 #[test]
 fn regression_reindex_refuses_to_sign_over_a_forged_record() {
-    use hitl_ledger::record::Record;
-    use hitl_ledger::store::{Cf, be};
+    use hitl_ledger::format::record::Record;
+    use hitl_ledger::storage::rocks::{Cf, be};
     let mut f = Fixture::new();
     let i = f.interrupt("r", "t", refund(10));
     let n = f.size();
@@ -359,7 +355,7 @@ fn regression_reindex_refuses_to_sign_over_a_forged_record() {
     let mut forged = i.record.clone();
     forged.seq = n;
     forged.prev = i.leaf_hash;
-    forged.kind = hitl_ledger::record::Kind::Decision;
+    forged.kind = hitl_ledger::format::record::Kind::Decision;
     forged.thread_seq = i.record.thread_seq + 1;
     forged.thread_prev = i.leaf_hash;
     forged.actor = reviewer();
@@ -402,7 +398,7 @@ fn regression_reindex_refuses_to_sign_over_a_forged_record() {
 
 /// Every key and value of every column family, for comparing a store before and after.
 fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    use hitl_ledger::store::{Cf, Store};
+    use hitl_ledger::storage::rocks::{Cf, Store};
     let s = Store::open(&dir.join("db"), false).unwrap();
     let mut out = Vec::new();
     for cf in Cf::ALL {
@@ -418,7 +414,7 @@ fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
 /// rebuilt from the tampered records, hiding the `index` problems from the next `verify`.
 #[test]
 fn regression_a_refused_reindex_changes_nothing() {
-    use hitl_ledger::store::{Cf, be};
+    use hitl_ledger::storage::rocks::{Cf, be};
     let mut f = Fixture::new();
     f.interrupt("r", "t", refund(10));
     f.reject("r");
@@ -446,7 +442,7 @@ fn regression_a_refused_reindex_changes_nothing() {
 /// was rewritten in place `append` was accepted on top of it.
 #[test]
 fn regression_a_rewritten_last_record_makes_the_ledger_refuse_writes() {
-    use hitl_ledger::store::{Cf, be};
+    use hitl_ledger::storage::rocks::{Cf, be};
     let mut f = Fixture::new();
     f.interrupt("r", "t", refund(10));
     f.reject("r");
@@ -499,8 +495,8 @@ fn regression_the_command_line_actor_is_the_real_user() {
         })
         .unwrap();
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let uid = hitl_ledger::record::real_uid();
-    let name = hitl_ledger::record::user_name(uid).unwrap_or_else(|| format!("uid:{uid}"));
+    let uid = hitl_ledger::format::record::real_uid();
+    let name = hitl_ledger::format::record::user_name(uid).unwrap_or_else(|| format!("uid:{uid}"));
     assert_eq!(
         answer["record"]["actor"]["principal"],
         format!("local:{name}")
@@ -519,10 +515,10 @@ fn regression_a_hand_edited_principal_is_refused_on_load() {
     let path = dir.path().join("tokens.json");
     let bad = json!({"tokens": [{"sha256": "00".repeat(32), "principal": "evil\u{7}bell", "role": "agent"}]});
     std::fs::write(&path, bad.to_string()).unwrap();
-    let e = hitl_ledger::auth::Tokens::load(&path).unwrap_err();
+    let e = hitl_ledger::server::tokens::Tokens::load(&path).unwrap_err();
     assert_eq!(e.code(), ErrorCode::Usage);
     assert!(e.message().contains("token 0"), "{}", e.message());
     let long = json!({"tokens": [{"sha256": "00".repeat(32), "principal": "x".repeat(257), "role": "agent"}]});
     std::fs::write(&path, long.to_string()).unwrap();
-    assert!(hitl_ledger::auth::Tokens::load(&path).is_err());
+    assert!(hitl_ledger::server::tokens::Tokens::load(&path).is_err());
 }

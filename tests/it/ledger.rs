@@ -1,7 +1,7 @@
 //! Issue 2: idempotent appends, redaction, pending and history, bad input writing nothing.
 
 use hitl_ledger::ErrorCode;
-use hitl_ledger::request::{InterruptRequest, RevokeRequest, parse_body};
+use hitl_ledger::model::request::{InterruptRequest, RevokeRequest, parse_body};
 use serde_json::json;
 
 use crate::util::*;
@@ -194,9 +194,9 @@ fn pending_and_history_read_indexes() {
     assert_eq!(recs[1]["thread_seq"], 1);
     assert_eq!(
         recs[1]["thread_prev"].as_str().unwrap(),
-        hex::encode(hitl_ledger::merkle::leaf_hash(&hitl_ledger::jcs::to_vec(
-            &recs[0]
-        )))
+        hex::encode(hitl_ledger::format::merkle::leaf_hash(
+            &hitl_ledger::format::jcs::to_vec(&recs[0])
+        ))
     );
     assert_eq!(
         f.l().history("unknown", None, 10).unwrap()["records"],
@@ -308,7 +308,7 @@ fn replays_survive_a_policy_change() {
     let mut with_ttl = interrupt_req("r2", "t1", refund(1));
     with_ttl.review_ttl_seconds = Some(1800);
     f.l().interrupt(with_ttl.clone(), &agent()).unwrap();
-    let edit = hitl_ledger::request::DecisionRequest::from_map(map(json!({
+    let edit = hitl_ledger::model::request::DecisionRequest::from_map(map(json!({
         "decision": "edit", "edited_action": {"tool": "wire_transfer", "args": {"account": "DE89", "amount": "4"}}})))
     .unwrap();
     let e = f.l().decide("w1", edit.clone(), &reviewer()).unwrap();

@@ -3,7 +3,7 @@
 //! that every byte-level check passes), is reported as `rule_violation` at its seq, by the
 //! whole-ledger `verify` and by `verify-export` of the thread's bundle.
 
-use hitl_ledger::record::Kind;
+use hitl_ledger::format::record::Kind;
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -131,7 +131,8 @@ fn a_grant_at_the_approvals_expires_at() {
 fn a_grant_after_a_revocation() {
     let mut f = Fixture::new();
     let (t, _, digest) = approved(&f);
-    let rv = hitl_ledger::request::RevokeRequest::from_map(map(json!({"reason": "stop"}))).unwrap();
+    let rv = hitl_ledger::model::request::RevokeRequest::from_map(map(json!({"reason": "stop"})))
+        .unwrap();
     f.l().revoke("r", rv, &agent()).unwrap();
     let ts = now(&f);
     let seq = forge(

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use hitl_ledger::format::record::{Actor, hex_hash};
 use hitl_ledger::ledger::{Appended, Extra, Op, Refusal};
-use hitl_ledger::record::{Actor, hex_hash};
 use jsonschema::{Draft, Registry, Resource, Validator};
 use serde_json::{Value, json};
 
@@ -277,7 +277,7 @@ fn every_schema_file_compiles() {
     .into_iter()
     .map(String::from)
     .chain(
-        hitl_ledger::record::Kind::ALL
+        hitl_ledger::format::record::Kind::ALL
             .iter()
             .map(|k| format!("body-{}.json", k.as_str())),
     )
@@ -323,13 +323,13 @@ fn every_schema_file_compiles() {
 
 // ---- the OpenAPI document and the router ----
 
-const SERVER_RS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/server.rs"));
+const SERVER_RS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/mod.rs"));
 
-/// The text of a function of src/server.rs, from its `fn` line to the next function.
+/// The text of a function of src/server/mod.rs, from its `fn` line to the next function.
 fn server_fn(name: &str) -> &'static str {
     let start = SERVER_RS
         .find(&format!("fn {name}("))
-        .unwrap_or_else(|| panic!("src/server.rs has no fn {name}"));
+        .unwrap_or_else(|| panic!("src/server/mod.rs has no fn {name}"));
     let rest = &SERVER_RS[start..];
     let end = rest[1..].find("\nfn ").map_or(rest.len(), |i| i + 1);
     let end = end.min(rest[1..].find("\n    fn ").map_or(rest.len(), |i| i + 1));
@@ -844,7 +844,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         assert_eq!(hex_hash(&hash).len(), 64);
         kinds.insert(record.kind.as_str().to_string());
     }
-    let all: BTreeSet<String> = hitl_ledger::record::Kind::ALL
+    let all: BTreeSet<String> = hitl_ledger::format::record::Kind::ALL
         .iter()
         .map(|k| k.as_str().to_string())
         .collect();

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hitl_ledger::auth::{Role, Tokens, add_token};
-use hitl_ledger::commit::{CommitConfig, Committer};
 use hitl_ledger::ledger::Ledger;
+use hitl_ledger::ledger::commit::{CommitConfig, Committer};
+use hitl_ledger::server::tokens::{Role, Tokens, add_token};
 use hitl_ledger::server::{AppState, serve};
 use serde_json::{Value, json};
 

@@ -1,9 +1,9 @@
 //! Issue 2: each edit made directly in the store makes `verify` exit 1 and name the first bad
 //! seq; an untouched ledger verifies clean.
 
-use hitl_ledger::merkle;
-use hitl_ledger::record::Record;
-use hitl_ledger::store::{Cf, Store, be};
+use hitl_ledger::format::merkle;
+use hitl_ledger::format::record::Record;
+use hitl_ledger::storage::rocks::{Cf, Store, be};
 use serde_json::json;
 
 use crate::util::*;
@@ -19,7 +19,7 @@ fn populate(f: &Fixture) {
                 let (ticket, _) = f.approve(&rid);
                 let g = f.authorize(&rid, &ticket, refund(100 * (t + 1) + r), Some("att-1"));
                 assert!(grant_of(&g).granted);
-                let fu = hitl_ledger::request::FollowUpRequest::from_map(map(json!({
+                let fu = hitl_ledger::model::request::FollowUpRequest::from_map(map(json!({
                     "follow_up_id": "done", "follows": hex::encode(g.leaf_hash), "outcome": "refunded",
                     "detail": {"refund_id": "rf-1"}, "operation_id": "op-1"})))
                 .unwrap();
@@ -168,7 +168,7 @@ fn truncation_with_checkpoints_deleted_is_caught_by_trusted() {
         .map(|r| r.unwrap())
         .collect::<Vec<_>>()
     {
-        if hitl_ledger::store::read_be(&k).unwrap() > keep {
+        if hitl_ledger::storage::rocks::read_be(&k).unwrap() > keep {
             s.raw_delete(Cf::Checkpoints, &k).unwrap();
         }
     }

@@ -7,9 +7,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use hitl_ledger::clock::{ManualClock, Timestamp};
+use hitl_ledger::format::record::Actor;
 use hitl_ledger::ledger::{Appended, Extra, Ledger, LedgerOptions, Op};
-use hitl_ledger::record::Actor;
-use hitl_ledger::request::{AuthorizeRequest, DecisionRequest, InterruptRequest};
+use hitl_ledger::model::request::{AuthorizeRequest, DecisionRequest, InterruptRequest};
 use serde_json::{Map, Value, json};
 
 pub const ORIGIN: &str = "test.example/ledger";
@@ -95,9 +95,9 @@ impl Fixture {
     }
 
     /// Opens the raw RocksDB store (ledger closed) for direct edits.
-    pub fn raw_store(&mut self) -> hitl_ledger::store::Store {
+    pub fn raw_store(&mut self) -> hitl_ledger::storage::rocks::Store {
         self.close();
-        hitl_ledger::store::Store::open(&self.dir.path().join("db"), false).unwrap()
+        hitl_ledger::storage::rocks::Store::open(&self.dir.path().join("db"), false).unwrap()
     }
 
     pub fn size(&self) -> u64 {
@@ -221,7 +221,7 @@ pub fn cli_verify(dir: &Path, extra: &[&str]) -> (i32, Value) {
 
 /// The ledger's signing key, read from its data directory (what a holder of the key, or a
 /// tampering test, has).
-pub fn signer_of(dir: &Path) -> hitl_ledger::note::NoteSigner {
+pub fn signer_of(dir: &Path) -> hitl_ledger::format::note::NoteSigner {
     use base64::Engine;
     let text = std::fs::read_to_string(dir.join("signing.key")).unwrap();
     let rest = text.trim_end().strip_prefix("PRIVATE+KEY+").unwrap();
@@ -232,19 +232,24 @@ pub fn signer_of(dir: &Path) -> hitl_ledger::note::NoteSigner {
         .decode(parts.next().unwrap())
         .unwrap();
     let seed: [u8; 32] = raw[1..].try_into().unwrap();
-    hitl_ledger::note::NoteSigner::from_seed(name, &seed).unwrap()
+    hitl_ledger::format::note::NoteSigner::from_seed(name, &seed).unwrap()
 }
 
 /// Writes a record of `kind` in request `rid` with `body` directly into the store, correctly
 /// chained (seq, prev, thread), indexed and covered by a freshly signed checkpoint, as the
 /// holder of the store and the key could: every byte-level check passes, so only the rule
 /// replay can tell. Its `ts` is the clock's reading (never before the head's). Returns its seq.
-pub fn forge(f: &mut Fixture, kind: hitl_ledger::record::Kind, rid: &str, body: Value) -> u64 {
+pub fn forge(
+    f: &mut Fixture,
+    kind: hitl_ledger::format::record::Kind,
+    rid: &str,
+    body: Value,
+) -> u64 {
+    use hitl_ledger::format::merkle;
+    use hitl_ledger::format::note::Checkpoint;
+    use hitl_ledger::format::record::{Record, ZERO_HASH};
     use hitl_ledger::index;
-    use hitl_ledger::merkle;
-    use hitl_ledger::note::Checkpoint;
-    use hitl_ledger::record::{Record, ZERO_HASH};
-    use hitl_ledger::store::{Cf, View, be};
+    use hitl_ledger::storage::rocks::{Cf, View, be};
     let signer = signer_of(f.path());
     let now = hitl_ledger::clock::Clock::now(&f.clock);
     let store = f.raw_store();

@@ -1,6 +1,6 @@
 """Fast unit tests: the client's JCS and action digest against the known-answer vectors in tests/vectors.
 
-These need no server. The same cases are checked by the Rust canonicalizer (src/jcs.rs), so a
+These need no server. The same cases are checked by the Rust canonicalizer (src/format/jcs.rs), so a
 pass here means the client and the ledger digest every case identically.
 """
 
@@ -19,7 +19,7 @@ JCS = load_vector("jcs.json")
 ACTIONS = load_vector("action_digest.json")["cases"]
 
 # Cases whose integer literals exceed ±(2^53-1): strict mode (request bodies) refuses them,
-# exactly as the Rust canonicalizer's strict mode does (src/jcs.rs, STRICT_UNSAFE).
+# exactly as the Rust canonicalizer's strict mode does (src/format/jcs.rs, STRICT_UNSAFE).
 STRICT_UNSAFE = [
     "rfc8785/appendix-b/4340000000000000",
     "rfc8785/appendix-b/c340000000000000",

@@ -6,10 +6,10 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::merkle::{self, Hash};
+use crate::format::note::ThreadHead;
+use crate::format::record::{Record, hex_hash};
 use crate::ledger::Ledger;
-use crate::merkle::{self, Hash};
-use crate::note::ThreadHead;
-use crate::record::{Record, hex_hash};
 
 /// The bundle's format string.
 pub const BUNDLE_FORMAT: &str = "hitl-ledger/export/v1";

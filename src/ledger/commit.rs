@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::record::Actor;
 use crate::ledger::{Ledger, Op, Outcome};
-use crate::record::Actor;
 
 /// Called with an operation's outcome once its batch is durable (or failed).
 pub type Reply = Box<dyn FnOnce(Result<Outcome>) + Send>;

@@ -2,6 +2,8 @@
 //! library (writes through the group-commit queue), and map errors through
 //! [`ErrorCode::http_status`].
 
+pub mod tokens;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,12 +15,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::auth::{Role, TokenEntry, Tokens};
-use crate::commit::{CommitConfig, Committer};
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::record::{Actor, check_id};
+use crate::ledger::commit::{CommitConfig, Committer};
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
-use crate::record::{Actor, check_id};
-use crate::request::{MAX_BODY_BYTES, parse_body};
+use crate::model::request::{MAX_BODY_BYTES, parse_body};
+use crate::server::tokens::{Role, TokenEntry, Tokens};
 
 /// Shared state of the server.
 pub struct AppState {
@@ -477,7 +479,7 @@ async fn refuse_write(
         segs.get(i)
             .cloned()
             .flatten()
-            .filter(|s| crate::record::is_valid_id(s))
+            .filter(|s| crate::format::record::is_valid_id(s))
     };
     let (request_id, thread_id) = match segs.get(1).cloned().flatten().as_deref() {
         Some("requests") => (valid(2), None),

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-use crate::auth::{Role, add_token};
-use crate::error::{Error, ErrorCode, Result};
-use crate::ledger::{Appended, Extra, Ledger, Op, Outcome, files};
-use crate::record::Actor;
-use crate::request::parse_body;
+use hitl_ledger::error::{Error, ErrorCode, Result};
+use hitl_ledger::format::record::Actor;
+use hitl_ledger::ledger::{Appended, Extra, Ledger, Op, Outcome, files};
+use hitl_ledger::model::request::parse_body;
+use hitl_ledger::server::tokens::{Role, add_token};
 
 /// Exit status: success, or the ledger is intact.
 pub const EXIT_OK: i32 = 0;
@@ -599,7 +599,7 @@ fn run(cli: Cli) -> Result<i32> {
                     eprintln!("{name} token (shown once): {t}");
                 }
             }
-            let commit = crate::commit::CommitConfig {
+            let commit = hitl_ledger::ledger::commit::CommitConfig {
                 queue_capacity: queue_capacity.max(1),
                 max_batch_delay: std::time::Duration::from_micros(max_batch_delay_us),
                 ..Default::default()
@@ -643,7 +643,7 @@ fn run(cli: Cli) -> Result<i32> {
             require_format(format, &[Format::Text, Format::Json], "verify-export")?;
             let bytes = std::fs::read(&file)
                 .map_err(|e| Error::new(ErrorCode::Usage, format!("{}: {e}", file.display())))?;
-            let report = crate::verify::verify_bundle(&bytes, &key);
+            let report = hitl_ledger::verify::verify_bundle(&bytes, &key);
             if format == Format::Json {
                 print_json(&report.to_json());
             } else {
@@ -783,7 +783,7 @@ fn serve(
     listen: &str,
     tokens: Option<PathBuf>,
     policy: Option<PathBuf>,
-    commit: crate::commit::CommitConfig,
+    commit: hitl_ledger::ledger::commit::CommitConfig,
 ) -> Result<i32> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -793,7 +793,7 @@ fn serve(
         )
         .try_init();
     let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
-    let tokens = crate::auth::Tokens::load(&tokens_path)?;
+    let tokens = hitl_ledger::server::tokens::Tokens::load(&tokens_path)?;
     if tokens.is_empty() {
         eprintln!(
             "warning: {} holds no tokens; every request but /healthz will be 401 (add one with `hitl-ledger token add`)",
@@ -802,7 +802,7 @@ fn serve(
     }
     let ledger = std::sync::Arc::new(Ledger::open_with(
         dir,
-        crate::ledger::LedgerOptions {
+        hitl_ledger::ledger::LedgerOptions {
             policy_path: policy,
             ..Default::default()
         },
@@ -825,9 +825,10 @@ fn serve(
             .local_addr()
             .map_err(|e| Error::storage("listener", e))?;
         out(&format!("listening on {addr}"));
-        let state = crate::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
-            .watch_tokens_file(&tokens_path);
-        crate::server::serve(listener, state, crate::server::shutdown_signal()).await?;
+        let state =
+            hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
+                .watch_tokens_file(&tokens_path);
+        hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await?;
         let (cp, _) = ledger.latest_checkpoint()?;
         eprintln!("stopped; latest checkpoint covers {} records", cp.size);
         Ok(EXIT_OK)

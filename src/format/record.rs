@@ -6,8 +6,8 @@ use serde_json::{Map, Value, json};
 
 use crate::clock::Timestamp;
 use crate::error::{Error, ErrorCode, Result};
-use crate::jcs;
-use crate::merkle::{self, Hash};
+use crate::format::jcs;
+use crate::format::merkle::{self, Hash};
 
 /// Format version written in every record's `v`.
 pub const FORMAT_VERSION: u64 = 1;
@@ -352,7 +352,7 @@ impl Record {
             return Err(env(format!("v is {v}, expected {FORMAT_VERSION}")));
         }
         let origin = get_str(obj, "origin")?;
-        if !crate::note::valid_origin(&origin) {
+        if !crate::format::note::valid_origin(&origin) {
             return Err(env("origin is not a valid origin".into()));
         }
         let seq = get_u64(obj, "seq")?;

@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::action::{Action, check_request_pointers};
 use crate::error::{Error, ErrorCode, Result};
-use crate::jcs;
-use crate::merkle::Hash;
-use crate::record::{MAX_ID_BYTES, check_client_id, check_id, parse_hex_hash};
+use crate::format::jcs;
+use crate::format::merkle::Hash;
+use crate::format::record::{MAX_ID_BYTES, check_client_id, check_id, parse_hex_hash};
+use crate::model::action::{Action, check_request_pointers};
 
 /// The largest request body, in bytes (1 MiB).
 pub const MAX_BODY_BYTES: usize = 1 << 20;

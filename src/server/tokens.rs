@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::record::check_id;
+use crate::format::record::check_id;
 
 /// A role a token grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use rocksdb::{
 };
 
 use crate::error::{Error, Result};
-use crate::merkle::{Hash, NodeSource};
+use crate::format::merkle::{Hash, NodeSource};
 
 /// A column family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -201,7 +201,7 @@ pub fn parse(bytes: &[u8], opts: ParseOptions) -> Result<Value, JcsError> {
 ///
 /// ```
 /// let v = serde_json::json!({"b": 1e21, "a": [0.1, -0.0, "é"]});
-/// assert_eq!(hitl_ledger::jcs::to_vec(&v), r#"{"a":[0.1,0,"é"],"b":1e+21}"#.as_bytes());
+/// assert_eq!(hitl_ledger::format::jcs::to_vec(&v), r#"{"a":[0.1,0,"é"],"b":1e+21}"#.as_bytes());
 /// ```
 pub fn to_vec(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
-use crate::merkle::{self, Hash};
-use crate::record::{Kind, Record};
-use crate::store::{Cf, View, be, deadline_key, join, node_key, read_be};
+use crate::format::merkle::{self, Hash};
+use crate::format::record::{Kind, Record};
+use crate::storage::rocks::{Cf, View, be, deadline_key, join, node_key, read_be};
 
 /// The state of an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,7 +94,8 @@ pub struct RequestState {
 impl RequestState {
     /// True when the interrupt redacted anything, so digests are keyed.
     pub fn keyed(&self) -> bool {
-        self.action_digest.starts_with(crate::action::HMAC_PREFIX)
+        self.action_digest
+            .starts_with(crate::model::action::HMAC_PREFIX)
     }
 }
 

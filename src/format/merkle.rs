@@ -296,7 +296,7 @@ impl<E: std::error::Error + 'static> std::error::Error for ProofError<E> {
 /// # Example
 ///
 /// ```
-/// use hitl_ledger::merkle::{MemoryTree, inclusion_proof, leaf_hash, root, verify_inclusion};
+/// use hitl_ledger::format::merkle::{MemoryTree, inclusion_proof, leaf_hash, root, verify_inclusion};
 /// let mut tree = MemoryTree::new();
 /// for leaf in [&b"a"[..], b"b", b"c"] {
 ///     tree.push(&leaf_hash(leaf));

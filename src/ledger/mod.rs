@@ -2,6 +2,10 @@
 //! write, synced before anyone is answered, carrying its own signed checkpoint. Reads go
 //! straight to the store.
 
+pub mod commit;
+pub mod export;
+pub mod metrics;
+
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -10,20 +14,22 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use crate::action::{Action, RedactionKey, idempotency_key, redact};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::merkle::{self, Hash};
+use crate::format::note::{Checkpoint, NoteSigner, NoteVerifier};
+use crate::format::record::{
+    ACTION_SCHEMA, Actor, Kind, REFUSALS_THREAD, Record, ZERO_HASH, hex_hash,
+};
 use crate::index::{self, Head, RequestState, Status};
-use crate::merkle::{self, Hash};
-use crate::metrics::Metrics;
-use crate::note::{Checkpoint, NoteSigner, NoteVerifier};
-use crate::policy::{Mode, Policy};
-use crate::record::{ACTION_SCHEMA, Actor, Kind, REFUSALS_THREAD, Record, ZERO_HASH, hex_hash};
-use crate::request::{
+use crate::ledger::metrics::Metrics;
+use crate::model::action::{Action, RedactionKey, idempotency_key, redact};
+use crate::model::policy::{Mode, Policy};
+use crate::model::request::{
     AuthorizeRequest, DecisionKind, DecisionRequest, FollowUpRequest, InterruptRequest,
     RevokeRequest,
 };
-use crate::store::{Cf, Store, View, be, deadline_key, join, read_be, split_deadline_key};
+use crate::storage::rocks::{Cf, Store, View, be, deadline_key, join, read_be, split_deadline_key};
 
 /// One operation of a batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -403,7 +409,7 @@ impl Ledger {
     /// # Errors
     /// `usage` for an invalid origin; `data_dir` when `dir` already holds a ledger; storage errors.
     pub fn init(dir: &Path, origin: &str) -> Result<Initialized> {
-        if !crate::note::valid_origin(origin) {
+        if !crate::format::note::valid_origin(origin) {
             return Err(Error::new(
                 ErrorCode::Usage,
                 format!(
@@ -438,7 +444,10 @@ impl Ledger {
             format!("{}\n", hex::encode(random32()?)).as_bytes(),
         )?;
         if !dir.join(files::POLICY).exists() {
-            std::fs::write(dir.join(files::POLICY), crate::policy::INITIAL_POLICY)?;
+            std::fs::write(
+                dir.join(files::POLICY),
+                crate::model::policy::INITIAL_POLICY,
+            )?;
         }
         std::fs::write(
             dir.join(files::VERIFIER_KEY),
@@ -513,7 +522,7 @@ impl Ledger {
         }
         let origin = config["origin"]
             .as_str()
-            .filter(|o| crate::note::valid_origin(o))
+            .filter(|o| crate::format::note::valid_origin(o))
             .ok_or_else(|| Error::new(ErrorCode::DataDir, "ledger.json: invalid origin"))?
             .to_string();
         let lock = lock_dir(dir)?;
@@ -1040,7 +1049,7 @@ impl Ledger {
         match self.latest_checkpoint_raw()? {
             None => Ok(None),
             Some((_, note)) => {
-                let opened = crate::note::open(&note, &[self.signer.verifier()])
+                let opened = crate::format::note::open(&note, &[self.signer.verifier()])
                     .map_err(|e| Error::corrupt(format!("latest checkpoint: {e}")))?;
                 Ok(Some(Checkpoint::parse(&opened.text).map_err(|e| {
                     Error::corrupt(format!("latest checkpoint body: {e}"))
@@ -1067,7 +1076,7 @@ impl Ledger {
     /// As [`Ledger::checkpoint`].
     pub fn latest_checkpoint(&self) -> Result<(Checkpoint, String)> {
         let note = self.checkpoint()?;
-        let opened = crate::note::open(note.as_bytes(), &[self.signer.verifier()])
+        let opened = crate::format::note::open(note.as_bytes(), &[self.signer.verifier()])
             .map_err(|e| Error::corrupt(format!("latest checkpoint: {e}")))?;
         let cp = Checkpoint::parse(&opened.text)
             .map_err(|e| Error::corrupt(format!("latest checkpoint body: {e}")))?;
@@ -1439,7 +1448,7 @@ impl Batch<'_, '_, '_> {
     /// recorded. Nothing here reads the current policy.
     fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> bool {
         let stored_digest = stored.body_str("action_digest").unwrap_or_default();
-        let keyed = stored_digest.starts_with(crate::action::HMAC_PREFIX);
+        let keyed = stored_digest.starts_with(crate::model::action::HMAC_PREFIX);
         let digest = req.action.digest(&self.ledger.key, &req.request_id, keyed);
         let applied: Vec<&str> = stored
             .body
@@ -1744,7 +1753,7 @@ impl Batch<'_, '_, '_> {
         // Section 3's order, all writing nothing: an unknown request, then a malformed ticket,
         // then a malformed action.
         let st = self.state(rid)?;
-        crate::request::parse_ticket_id(&req.ticket_id)?;
+        crate::model::request::parse_ticket_id(&req.ticket_id)?;
         let action = req.action()?;
         let st = self.after_timeout(rid, st, sp)?;
         let digest = action.digest(&self.ledger.key, rid, st.keyed());
@@ -1870,8 +1879,8 @@ impl Batch<'_, '_, '_> {
         )? {
             let (stored, _) = self.stored(seq)?;
             // Compared as canonical JSON, so `25.0` and `25` are the same number.
-            let same = crate::jcs::to_vec(&Value::Object(stored.body.clone()))
-                == crate::jcs::to_vec(&body);
+            let same = crate::format::jcs::to_vec(&Value::Object(stored.body.clone()))
+                == crate::format::jcs::to_vec(&body);
             if !same || stored.checkpoint_id != checkpoint_id {
                 return Err(idem_conflict(format!(
                     "follow-up {:?} of request {rid:?} is already recorded (seq {seq}) with other content",
@@ -2078,7 +2087,7 @@ impl Ledger {
             None => {
                 for cf in Cf::DERIVED {
                     let failed = std::cell::RefCell::new(None);
-                    let owned = |r: Result<crate::store::Entry>| match r {
+                    let owned = |r: Result<crate::storage::rocks::Entry>| match r {
                         Ok((k, v)) => Some((k.to_vec(), v.to_vec())),
                         Err(e) => {
                             failed.borrow_mut().get_or_insert(e);
@@ -2125,7 +2134,7 @@ impl Ledger {
             }
             Err(e) => return Err(e),
         };
-        let peek = crate::note::open(trusted, &[self.signer.verifier()])
+        let peek = crate::format::note::open(trusted, &[self.signer.verifier()])
             .ok()
             .and_then(|o| Checkpoint::parse(&o.text).ok());
         let proof = match peek {
@@ -2163,7 +2172,7 @@ impl Op {
                     format!("a {kind} names its \"request_id\""),
                 )
             })?;
-            crate::record::check_id("request_id", &r)?;
+            crate::format::record::check_id("request_id", &r)?;
             Ok(r)
         };
         match kind {

@@ -12,8 +12,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::jcs;
-use crate::record::check_id;
+use crate::format::jcs;
+use crate::format::record::check_id;
 
 /// Prefix of an unredacted action digest.
 pub const SHA256_PREFIX: &str = "sha256:";
@@ -100,7 +100,7 @@ impl Action {
     /// # Example
     ///
     /// ```
-    /// use hitl_ledger::action::Action;
+    /// use hitl_ledger::model::action::Action;
     /// let call = serde_json::json!({"tool": "refund", "args": {"order_id": "O-19", "amount_cents": 2500}});
     /// let action = Action::from_value(&call).unwrap();
     /// assert_eq!(

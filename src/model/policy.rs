@@ -5,8 +5,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::action::parse_pointer;
 use crate::error::{Error, ErrorCode, Result};
+use crate::model::action::parse_pointer;
 
 /// How the gate treats a tool's denials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -53,7 +53,7 @@ impl Metrics {
         if a.duplicate {
             return;
         }
-        if a.record.kind == crate::record::Kind::Refusal {
+        if a.record.kind == crate::format::record::Kind::Refusal {
             self.refusals.fetch_add(1, Relaxed);
         }
         if let Extra::Authorization(g) = &a.extra {

@@ -2,7 +2,9 @@
 
 use clap::Parser;
 
+mod cli;
+
 fn main() {
-    let cli = hitl_ledger::cli::Cli::parse();
-    std::process::exit(hitl_ledger::cli::main_with(cli));
+    let cli = cli::Cli::parse();
+    std::process::exit(cli::main_with(cli));
 }

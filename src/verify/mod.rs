@@ -1,16 +1,18 @@
 //! Verification, pure: bytes (and the trusted key) in, a verdict with evidence out. The CLI,
 //! the server and an auditor run the same code. Nothing here reads a clock, a file or the store.
 
+pub mod rules;
+
 use std::collections::HashMap;
 
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
-use crate::merkle::{self, Frontier, Hash};
-use crate::note::{self, Checkpoint, NoteVerifier};
-use crate::record::{Record, ZERO_HASH, hex_hash};
-use crate::rules::RuleReplay;
-use crate::store::read_be;
+use crate::format::merkle::{self, Frontier, Hash};
+use crate::format::note::{self, Checkpoint, NoteVerifier};
+use crate::format::record::{Record, ZERO_HASH, hex_hash};
+use crate::storage::rocks::read_be;
+use crate::verify::rules::RuleReplay;
 
 /// One problem found, with its evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,7 +197,11 @@ impl ChainCheck {
     /// Checks a chunk of consecutive entries of the records column family (key, leaf) and
     /// returns them parsed, for the caller's index derivation.
     pub fn feed(&mut self, entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<Checked> {
-        let parsed: Vec<(Option<u64>, Hash, Result<Record, crate::record::LeafError>)> = entries
+        let parsed: Vec<(
+            Option<u64>,
+            Hash,
+            Result<Record, crate::format::record::LeafError>,
+        )> = entries
             .par_iter()
             .map(|(k, leaf)| {
                 (
@@ -498,7 +504,7 @@ fn bad(message: impl Into<String>) -> Problem {
 }
 
 fn parse_bundle(bytes: &[u8]) -> Result<Bundle, Problem> {
-    let v: Value = crate::jcs::parse(bytes, crate::jcs::ParseOptions::default())
+    let v: Value = crate::format::jcs::parse(bytes, crate::format::jcs::ParseOptions::default())
         .map_err(|e| bad(format!("the bundle is not JSON that reads one way: {e}")))?;
     let o = v
         .as_object()
@@ -510,10 +516,10 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, Problem> {
             .ok_or_else(|| bad(format!("the bundle's {k:?} is missing or not a string")))
     };
     let format = s("format")?;
-    if format != crate::export::BUNDLE_FORMAT {
+    if format != crate::ledger::export::BUNDLE_FORMAT {
         return Err(bad(format!(
             "unknown bundle format {format:?} (this tool reads {})",
-            crate::export::BUNDLE_FORMAT
+            crate::ledger::export::BUNDLE_FORMAT
         )));
     }
     let records = o
@@ -557,7 +563,7 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, Problem> {
 fn parse_proof(proof: &[String]) -> Option<Vec<Hash>> {
     proof
         .iter()
-        .map(|h| crate::record::parse_hex_hash(h))
+        .map(|h| crate::format::record::parse_hex_hash(h))
         .collect()
 }
 
@@ -640,8 +646,8 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         }
         report.last_ts = Some(r.ts.to_string());
         match r.kind {
-            crate::record::Kind::Decision => report.decisions += 1,
-            crate::record::Kind::Rejection => report.rejections += 1,
+            crate::format::record::Kind::Decision => report.decisions += 1,
+            crate::format::record::Kind::Rejection => report.rejections += 1,
             _ => {}
         }
         if r.seq != e.seq {

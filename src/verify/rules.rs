@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use crate::merkle::Hash;
-use crate::record::{Kind, Record, parse_hex_hash};
+use crate::format::merkle::Hash;
+use crate::format::record::{Kind, Record, parse_hex_hash};
 
 /// How a request was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

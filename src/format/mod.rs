@@ -1,0 +1,12 @@
+//! Pure formats: the bytes that are hashed, signed and exported. No I/O, no clock.
+//!
+//! - [`jcs`]: RFC 8785 canonical JSON and the strict parser;
+//! - [`merkle`]: the RFC 6962 tree, proofs and their verification;
+//! - [`note`]: C2SP signed notes, checkpoints and thread heads;
+//! - [`record`]: the record envelope, kinds and the leaf;
+//! - [`bundle`]: the export bundle document.
+
+pub mod jcs;
+pub mod merkle;
+pub mod note;
+pub mod record;

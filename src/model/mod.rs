@@ -1,0 +1,6 @@
+//! Pure semantics: actions and their digests, policy, request bodies, the request state
+//! machine and the authorization decision. No I/O, no clock (time is passed in).
+
+pub mod action;
+pub mod policy;
+pub mod request;

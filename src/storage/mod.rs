@@ -1,0 +1,3 @@
+//! Storage engines: ordered bytes per keyspace, nothing about records.
+
+pub mod rocks;
