@@ -101,19 +101,16 @@ fn bench_export(c: &mut Criterion) {
         let log2 = 64 - n.leading_zeros() as u64;
         // Per record: one thread-index step, one leaf read, one proof of at most 2·log2(n) nodes.
         let bound = THREAD_RECORDS * (2 + 2 * log2) + 16;
-        let before = l.store().reads();
+        let before = l.engine().reads();
         let bundle = l.export(AUDITED).unwrap();
-        let reads = l.store().reads() - before;
-        assert_eq!(
-            bundle["records"].as_array().unwrap().len() as u64,
-            THREAD_RECORDS
-        );
+        let reads = l.engine().reads() - before;
+        assert_eq!(bundle.records.len() as u64, THREAD_RECORDS);
         eprintln!("ledger of {n} records: one export read {reads} entries (bound {bound})");
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
-                let before = l.store().reads();
+                let before = l.engine().reads();
                 let bundle = l.export(black_box(AUDITED)).unwrap();
-                let reads = l.store().reads() - before;
+                let reads = l.engine().reads() - before;
                 assert!(
                     reads <= bound,
                     "{reads} reads > {bound} for a ledger of {n}"

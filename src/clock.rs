@@ -162,3 +162,31 @@ mod tests {
         assert_eq!(c.now().micros(), 15);
     }
 }
+
+/// A lowercase canonical UUID v7 made from an instant (its milliseconds) and 10 random bytes:
+/// ticket ids and the request ids of edits. The writer passes the batch time, so ids never read
+/// a hidden clock.
+pub fn uuid_v7(at: Timestamp, random: [u8; 10]) -> String {
+    let millis = u64::try_from(at.micros().div_euclid(1000)).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &random)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
+#[cfg(test)]
+mod uuid_tests {
+    use super::*;
+
+    #[test]
+    fn uuid_v7_carries_the_instant() {
+        let t = Timestamp::parse("2026-11-30T20:00:00.123456Z").unwrap();
+        let id = uuid_v7(t, [7; 10]);
+        let u = uuid::Uuid::parse_str(&id).unwrap();
+        assert_eq!(u.get_version_num(), 7);
+        let (secs, nanos) = u.get_timestamp().unwrap().to_unix();
+        assert_eq!((secs, nanos / 1_000_000), (1_796_068_800, 123));
+        assert_eq!(id, id.to_lowercase());
+        assert_ne!(uuid_v7(t, [8; 10]), id);
+    }
+}

@@ -1,5 +1,5 @@
-//! The one public error type, its stable codes, and the two mapping tables: error code to HTTP
-//! status, and error code to process exit code. Nothing else in the crate decides either.
+//! The one public error type, its stable codes, and the one table from error code to HTTP
+//! status (the binary holds the one table of exit codes).
 
 use std::fmt;
 
@@ -129,13 +129,6 @@ impl ErrorCode {
             Storage | Corrupt | Internal => 500,
         }
     }
-
-    /// The process exit code of a command that failed with this code (spec section 5): every
-    /// error is 2 (bad usage, bad input, I/O). A verification that finds a problem is not an
-    /// error; it exits 1 through its verdict.
-    pub fn exit_code(self) -> i32 {
-        2
-    }
 }
 
 impl fmt::Display for ErrorCode {
@@ -186,11 +179,6 @@ impl Error {
         Error::new(ErrorCode::Corrupt, message)
     }
 
-    /// The `{"error": CODE, "message": TEXT}` body of the HTTP API.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"error": self.code.as_str(), "message": self.message})
-    }
-
     /// True when the error says nothing was evaluated because input was bad (4xx).
     pub fn is_client_error(&self) -> bool {
         (400..500).contains(&self.code.http_status())
@@ -204,12 +192,6 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-impl From<rocksdb::Error> for Error {
-    fn from(e: rocksdb::Error) -> Self {
-        Error::storage("rocksdb", e)
-    }
-}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {

@@ -6,17 +6,20 @@
 //!
 //! | rank | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`], [`clock`] | error codes and HTTP statuses; time |
+//! | 0 | [`error`], [`codec`], [`clock`] | error codes and HTTP statuses; byte codecs; time |
 //! | 1 | [`format`], [`storage`] | pure bytes; storage engines |
 //! | 2 | [`model`], [`verify`] | pure semantics; pure verification |
 //! | 3 | [`index`] | derived state |
 //! | 4 | [`ledger`] | the writer, the gate, reads, proofs |
+//! | 5 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
 //! | 6 | [`server`] | the HTTP API |
 //!
 //! The protocol is `docs/protocol.md`; the storage layout is `docs/format.md`.
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod clock;
+pub mod codec;
 pub mod error;
 pub mod format;
 pub mod index;
@@ -25,6 +28,7 @@ pub mod model;
 pub mod server;
 pub mod storage;
 pub mod verify;
+pub mod wire;
 
 #[cfg(test)]
 mod test_vectors;

@@ -6,6 +6,7 @@
 //! - [`record`]: the record envelope, kinds and the leaf;
 //! - [`bundle`]: the export bundle document.
 
+pub mod bundle;
 pub mod jcs;
 pub mod merkle;
 pub mod note;

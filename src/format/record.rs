@@ -150,46 +150,9 @@ impl Actor {
         }
     }
 
-    /// The local command line: `local:<OS user name>` as admin, the name being that of the
-    /// process's real user id in the password database (never `$USER` or `$LOGNAME`, which
-    /// any caller sets), or `local:uid:<n>` when the database has no entry for it.
-    pub fn local_admin() -> Actor {
-        let uid = real_uid();
-        let user = user_name(uid)
-            .filter(|u| is_valid_id(u) && u.len() < 200)
-            .unwrap_or_else(|| format!("uid:{uid}"));
-        Actor {
-            principal: format!("local:{user}"),
-            role: "admin".into(),
-        }
-    }
-
     fn to_value(&self) -> Value {
         json!({"principal": self.principal, "role": self.role})
     }
-}
-
-/// The process's real user id.
-pub fn real_uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
-/// The name of user `uid` in the password database, if it has one.
-pub fn user_name(uid: u32) -> Option<String> {
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: a zeroed passwd is a valid out-parameter for getpwuid_r.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call, and `buf`'s length is what we pass; on
-    // success `found` points at `pw`, whose strings live in `buf`.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name is a NUL-terminated string inside `buf`, alive here.
-    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-    name.to_str().ok().map(str::to_owned)
 }
 
 /// One record: the envelope and its kind's body.
@@ -624,17 +587,6 @@ mod tests {
             Record::from_value(&v),
             Err(LeafError::Envelope(_))
         ));
-    }
-
-    #[test]
-    fn local_admin_is_the_real_user_not_the_environment() {
-        // SAFETY: the test sets a variable no other test of this binary reads concurrently.
-        unsafe { std::env::set_var("USER", "rita.reviewer") };
-        let a = Actor::local_admin();
-        let expected = user_name(real_uid()).unwrap_or_else(|| format!("uid:{}", real_uid()));
-        assert_eq!(a.principal, format!("local:{expected}"));
-        assert_ne!(a.principal, "local:rita.reviewer");
-        assert_eq!(a.role, "admin");
     }
 
     #[test]

@@ -2,5 +2,7 @@
 //! machine and the authorization decision. No I/O, no clock (time is passed in).
 
 pub mod action;
+pub mod decide;
 pub mod policy;
 pub mod request;
+pub mod state;

@@ -1,3 +1,383 @@
 //! Storage engines: ordered bytes per keyspace, nothing about records.
+//!
+//! The contract every engine keeps (`docs/design.md`, "The storage-engine contract"):
+//!
+//! - **Ordered bytes per keyspace.** [`Read::get`], [`Read::scan`] (unsigned byte order, from a
+//!   start key) and [`Read::last`] over each [`Keyspace`].
+//! - **Consistent snapshots.** What [`Engine::snapshot`] returns sees one committed state, never
+//!   part of a commit, however long it is read.
+//! - **One writer at a time, across every process sharing the engine.** [`Engine::begin_write`]
+//!   returns the only [`WriteTxn`] until it is committed or dropped; its reads see the latest
+//!   committed state, so a batch decides on current state.
+//! - **Atomic commits with a durability level.** [`WriteTxn::commit`] applies all of
+//!   [`Changes`] or nothing; with [`Durability::Synced`] they are durable before it returns.
+//! - **Retry.** An engine may answer [`StorageError::Retry`] (a serialization failure, a
+//!   connection lost before commit): nothing was applied, and the caller re-runs its batch
+//!   from scratch.
+//! - **The engine's clock**, where it has an authoritative one ([`WriteTxn::now`]).
+//! - **Append-only keyspaces** ([`Keyspace::append_only`]: records and checkpoints) refuse an
+//!   overwrite, a delete or a clear with [`StorageError::AppendOnly`], and then apply nothing.
+//!
+//! Engines: [`rocks`] (RocksDB), [`memory`] (tests), [`faulty`] (a wrapper that fails the Nth
+//! commit, sync or read). [`conformance`] checks an engine against this contract.
 
+pub mod conformance;
+pub mod faulty;
+pub mod memory;
 pub mod rocks;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::clock::Timestamp;
+
+/// A keyspace: one ordered map of byte keys to byte values. The layout of each is described in
+/// `docs/format.md`; the engines know only their names and which are append-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Keyspace {
+    /// The records: the truth. Append-only.
+    Records,
+    /// Signed checkpoints. Append-only.
+    Checkpoints,
+    /// The derived head.
+    Meta,
+    /// Tree nodes.
+    Nodes,
+    /// Leaf hash to seq.
+    ByHash,
+    /// Idempotency keys.
+    Idem,
+    /// A thread's records in order.
+    Threads,
+    /// Thread heads.
+    ThreadHeads,
+    /// Request states.
+    Requests,
+    /// Every record naming a request.
+    RequestRecords,
+    /// Ticket to request.
+    Tickets,
+    /// Granted attempts.
+    Grants,
+    /// Open requests by interrupt seq.
+    Pending,
+    /// Open requests by review deadline.
+    Deadlines,
+}
+
+impl Keyspace {
+    /// Every keyspace.
+    pub const ALL: [Keyspace; 14] = [
+        Keyspace::Records,
+        Keyspace::Checkpoints,
+        Keyspace::Meta,
+        Keyspace::Nodes,
+        Keyspace::ByHash,
+        Keyspace::Idem,
+        Keyspace::Threads,
+        Keyspace::ThreadHeads,
+        Keyspace::Requests,
+        Keyspace::RequestRecords,
+        Keyspace::Tickets,
+        Keyspace::Grants,
+        Keyspace::Pending,
+        Keyspace::Deadlines,
+    ];
+
+    /// The keyspaces derived from the records (rebuilt by `reindex`, compared by `verify`).
+    pub const DERIVED: [Keyspace; 12] = [
+        Keyspace::Meta,
+        Keyspace::Nodes,
+        Keyspace::ByHash,
+        Keyspace::Idem,
+        Keyspace::Threads,
+        Keyspace::ThreadHeads,
+        Keyspace::Requests,
+        Keyspace::RequestRecords,
+        Keyspace::Tickets,
+        Keyspace::Grants,
+        Keyspace::Pending,
+        Keyspace::Deadlines,
+    ];
+
+    /// The keyspace's name (a RocksDB column family, a table name suffix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Keyspace::Records => "records",
+            Keyspace::Checkpoints => "checkpoints",
+            Keyspace::Meta => "meta",
+            Keyspace::Nodes => "nodes",
+            Keyspace::ByHash => "by_hash",
+            Keyspace::Idem => "idempotency",
+            Keyspace::Threads => "threads",
+            Keyspace::ThreadHeads => "thread_heads",
+            Keyspace::Requests => "requests",
+            Keyspace::RequestRecords => "request_records",
+            Keyspace::Tickets => "tickets",
+            Keyspace::Grants => "grants",
+            Keyspace::Pending => "pending",
+            Keyspace::Deadlines => "deadlines",
+        }
+    }
+
+    /// True for the keyspaces that refuse overwrites, deletes and clears.
+    pub fn append_only(self) -> bool {
+        matches!(self, Keyspace::Records | Keyspace::Checkpoints)
+    }
+}
+
+/// One stored entry: key and value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// How durable a commit must be before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable (write-ahead log synced, `synchronous_commit = on`) before the commit returns.
+    Synced,
+    /// Applied, durability left to the engine (rebuilds that are checked afterwards).
+    Buffered,
+}
+
+/// Why an engine call failed. Each variant says what the caller may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageError {
+    /// The engine failed (I/O, a lost connection after commit began, corruption the engine
+    /// found). For a commit, the outcome is unknown.
+    Engine {
+        /// What was being done.
+        context: String,
+        /// The engine's own description of the failure (never a file-system path).
+        source: String,
+    },
+    /// A put, delete or clear on an existing key of an append-only keyspace; nothing of the
+    /// commit was applied.
+    AppendOnly {
+        /// The keyspace.
+        keyspace: Keyspace,
+        /// The key (hex in messages).
+        key: Vec<u8>,
+    },
+    /// Nothing was applied and nobody should have been answered: re-run the batch.
+    Retry(String),
+    /// The engine is held by another process.
+    Busy(String),
+    /// The engine holds another ledger (origin, verifier key) or another policy.
+    Incompatible(String),
+}
+
+impl StorageError {
+    /// An engine failure with its context.
+    pub fn engine(context: &str, source: impl fmt::Display) -> StorageError {
+        StorageError::Engine {
+            context: context.to_string(),
+            source: crate::error::without_paths(&source.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageError::Engine { context, source } => write!(f, "{context}: {source}"),
+            StorageError::AppendOnly { keyspace, key } => write!(
+                f,
+                "{} is append-only: key {} exists or may not be removed",
+                keyspace.name(),
+                hex::encode(key)
+            ),
+            StorageError::Retry(m) => write!(f, "the commit must be re-run: {m}"),
+            StorageError::Busy(m) => f.write_str(m),
+            StorageError::Incompatible(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+impl From<StorageError> for crate::error::Error {
+    fn from(e: StorageError) -> Self {
+        use crate::error::{Error, ErrorCode};
+        match e {
+            // The writer never overwrites a record of its own accord: the derived head and the
+            // records disagree.
+            StorageError::AppendOnly { .. } => Error::corrupt(e.to_string()),
+            StorageError::Busy(_) | StorageError::Incompatible(_) => {
+                Error::new(ErrorCode::DataDir, e.to_string())
+            }
+            StorageError::Engine { .. } | StorageError::Retry(_) => {
+                Error::new(ErrorCode::Storage, e.to_string())
+            }
+        }
+    }
+}
+
+/// The changes of one write transaction: puts and deletes per key, and keyspaces cleared
+/// before them. Keys are kept in order, so engines apply them deterministically.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    cleared: Vec<Keyspace>,
+    ops: BTreeMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Changes {
+    /// No changes.
+    pub fn new() -> Changes {
+        Changes::default()
+    }
+
+    /// Stages a put (replacing an earlier change of the same key).
+    pub fn put(&mut self, ks: Keyspace, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.insert((ks, key), Some(value));
+    }
+
+    /// Stages a delete.
+    pub fn delete(&mut self, ks: Keyspace, key: Vec<u8>) {
+        self.ops.insert((ks, key), None);
+    }
+
+    /// Removes every key of `ks` before this commit's own changes of it apply.
+    pub fn clear(&mut self, ks: Keyspace) {
+        if !self.cleared.contains(&ks) {
+            self.cleared.push(ks);
+        }
+        self.ops.retain(|(k, _), _| *k != ks);
+    }
+
+    /// The staged value of a key: `Some(Some(v))` put, `Some(None)` deleted (or cleared),
+    /// `None` untouched.
+    pub fn staged(&self, ks: Keyspace, key: &[u8]) -> Option<Option<&[u8]>> {
+        match self.ops.get(&(ks, key.to_vec())) {
+            Some(v) => Some(v.as_deref()),
+            None if self.cleared.contains(&ks) => Some(None),
+            None => None,
+        }
+    }
+
+    /// The keyspaces cleared.
+    pub fn cleared(&self) -> &[Keyspace] {
+        &self.cleared
+    }
+
+    /// Every put (`Some`) and delete (`None`), in keyspace and key order.
+    pub fn iter(&self) -> impl Iterator<Item = (Keyspace, &[u8], Option<&[u8]>)> {
+        self.ops
+            .iter()
+            .map(|((ks, k), v)| (*ks, k.as_slice(), v.as_deref()))
+    }
+
+    /// Number of puts and deletes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when nothing is staged.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.cleared.is_empty()
+    }
+
+    /// The changes that would violate append-only keyspaces against `current`, checked by
+    /// every engine before it applies anything: a clear, a delete, or a put of a key that
+    /// exists (or is put twice).
+    pub fn check_append_only(&self, current: &dyn Read) -> Result<(), StorageError> {
+        if let Some(ks) = self.cleared.iter().find(|k| k.append_only()) {
+            return Err(StorageError::AppendOnly {
+                keyspace: *ks,
+                key: Vec::new(),
+            });
+        }
+        for (ks, key, value) in self.iter().filter(|(ks, _, _)| ks.append_only()) {
+            if value.is_none() || current.get(ks, key)?.is_some() {
+                return Err(StorageError::AppendOnly {
+                    keyspace: ks,
+                    key: key.to_vec(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An iterator over entries, in key order.
+pub type Scan<'a> = Box<dyn Iterator<Item = Result<Entry, StorageError>> + 'a>;
+
+/// Reads of one consistent state.
+pub trait Read {
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// The values of several keys, in order (engines may fetch them in one round trip).
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        keys.iter().map(|k| self.get(ks, k)).collect()
+    }
+
+    /// The entries from `start` (inclusive) on, in unsigned byte order of their keys.
+    fn scan<'a>(&'a self, ks: Keyspace, start: &[u8]) -> Scan<'a>;
+
+    /// The entry with the greatest key.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError>;
+}
+
+/// The keys of `ks` that start with `prefix`, in order.
+pub fn scan_prefix<'a>(r: &'a dyn Read, ks: Keyspace, prefix: &'a [u8]) -> Scan<'a> {
+    Box::new(
+        r.scan(ks, prefix)
+            .take_while(move |e| e.as_ref().map_or(true, |(k, _)| k.starts_with(prefix))),
+    )
+}
+
+/// The one write transaction of an engine.
+pub trait WriteTxn: Read {
+    /// The engine's clock, where it has an authoritative one (a database server's); `None`
+    /// when the caller's clock is the one to use.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn now(&self) -> Result<Option<Timestamp>, StorageError>;
+
+    /// Applies all of `changes` or nothing. With [`Durability::Synced`] they are durable when
+    /// this returns `Ok`.
+    ///
+    /// # Errors
+    /// [`StorageError::AppendOnly`] (nothing applied), [`StorageError::Retry`] (nothing
+    /// applied: re-run), [`StorageError::Engine`] (the outcome is unknown).
+    fn commit(
+        self: Box<Self>,
+        changes: Changes,
+        durability: Durability,
+    ) -> Result<(), StorageError>;
+}
+
+/// A storage engine.
+pub trait Engine: Send + Sync + fmt::Debug {
+    /// A consistent snapshot of the committed state.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn snapshot(&self) -> Result<Box<dyn Read + '_>, StorageError>;
+
+    /// The write transaction: waits until no other one is open, in this process or any other
+    /// sharing the engine.
+    ///
+    /// # Errors
+    /// The engine's failure; [`StorageError::Retry`] when it could not begin now.
+    fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError>;
+
+    /// Point reads and scan steps served so far (for benchmarks that count a read path's
+    /// work); 0 when the engine does not count.
+    fn reads(&self) -> u64 {
+        0
+    }
+
+    /// A short description for messages (`rocksdb`, `memory`, a database name): never a path
+    /// or a password.
+    fn describe(&self) -> String;
+}

@@ -149,7 +149,7 @@ fn regression_a_failed_sync_makes_the_server_unwritable_until_restarted() {
 #[test]
 fn a_full_disk_ends_in_unwritable_and_loses_no_acknowledged_append() {
     let work = tempfile::tempdir().unwrap();
-    let root = hitl_ledger::format::record::real_uid() == 0;
+    let root = unsafe { libc::getuid() } == 0;
     let dir = work.path().join("data");
     std::fs::create_dir(&dir).unwrap();
     let mount = |args: &[&str]| {
@@ -247,7 +247,7 @@ fn a_read_only_data_directory_is_refused_clearly() {
     let (child, addr) = serve_binary(&dir, &[], Stdio::null());
     assert_eq!(post(addr, &tokens["agent"], "a").status, 201);
     stop(child);
-    let root = hitl_ledger::format::record::real_uid() == 0;
+    let root = unsafe { libc::getuid() } == 0;
     let set_mode = |d: &std::path::Path, ro: bool| {
         use std::os::unix::fs::PermissionsExt;
         for e in walk(d).into_iter().chain([d.to_path_buf()]) {

@@ -236,7 +236,7 @@ fn review_deadline_boundaries_and_late_decisions() {
     f.clock.set(Timestamp::from_micros(deadline - 1));
     assert!(f.l().sweep().unwrap().is_empty());
     assert_eq!(
-        f.l().pending().unwrap()["pending"]
+        f.l().pending_json().unwrap()["pending"]
             .as_array()
             .unwrap()
             .len(),
@@ -244,7 +244,7 @@ fn review_deadline_boundaries_and_late_decisions() {
     );
     f.clock.set(Timestamp::from_micros(deadline));
     assert_eq!(
-        f.l().pending().unwrap()["pending"]
+        f.l().pending_json().unwrap()["pending"]
             .as_array()
             .unwrap()
             .len(),
@@ -498,11 +498,8 @@ fn the_gate_fails_closed_when_the_store_cannot_be_trusted() {
     let (t, _) = f.approve("r");
     let n = f.size();
     let s = f.raw_store();
-    s.raw_delete(
-        hitl_ledger::storage::rocks::Cf::Records,
-        &hitl_ledger::storage::rocks::be(n - 1),
-    )
-    .unwrap();
+    s.raw_delete(crate::raw::Cf::Records, &crate::raw::be(n - 1))
+        .unwrap();
     drop(s);
     f.reopen();
     let r = f

@@ -180,7 +180,7 @@ fn pending_and_history_read_indexes() {
     f.interrupt("b", "t2", refund(2));
     f.interrupt("c", "t1", refund(3));
     f.approve("b");
-    let p = f.l().pending().unwrap();
+    let p = f.l().pending_json().unwrap();
     let ids: Vec<&str> = p["pending"]
         .as_array()
         .unwrap()
@@ -209,7 +209,7 @@ fn pending_and_history_read_indexes() {
     assert_eq!(h["records"][0]["request_id"], "c");
     // An expired request leaves pending even before a sweep.
     f.advance_secs(3600);
-    assert_eq!(f.l().pending().unwrap()["pending"], json!([]));
+    assert_eq!(f.l().pending_json().unwrap()["pending"], json!([]));
 }
 
 #[test]

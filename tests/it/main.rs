@@ -1,6 +1,7 @@
 //! Integration tests, built into one binary: a real RocksDB directory per test.
 
 mod http;
+mod raw;
 mod util;
 
 mod cli;

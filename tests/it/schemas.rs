@@ -323,16 +323,31 @@ fn every_schema_file_compiles() {
 
 // ---- the OpenAPI document and the router ----
 
-const SERVER_RS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/mod.rs"));
+/// The route table and the handlers: the router's own source.
+const ROUTES_RS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/server/routes.rs"));
+const SERVER_RS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/server/handlers.rs"
+));
 
-/// The text of a function of src/server/mod.rs, from its `fn` line to the next function.
+/// The text of a function of src/server/routes.rs, from its `fn` line to the next item.
 fn server_fn(name: &str) -> &'static str {
-    let start = SERVER_RS
+    let start = ROUTES_RS
         .find(&format!("fn {name}("))
-        .unwrap_or_else(|| panic!("src/server/mod.rs has no fn {name}"));
-    let rest = &SERVER_RS[start..];
-    let end = rest[1..].find("\nfn ").map_or(rest.len(), |i| i + 1);
-    let end = end.min(rest[1..].find("\n    fn ").map_or(rest.len(), |i| i + 1));
+        .unwrap_or_else(|| panic!("src/server/routes.rs has no fn {name}"));
+    let rest = &ROUTES_RS[start..];
+    let end = [
+        "\nfn ",
+        "\npub fn ",
+        "\n    fn ",
+        "\n    pub fn ",
+        "\n    /// ",
+        "\n/// ",
+    ]
+    .iter()
+    .filter_map(|m| rest[1..].find(m).map(|i| i + 1))
+    .min()
+    .unwrap_or(rest.len());
     &rest[..end]
 }
 
@@ -793,7 +808,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         json!({"ticket_id": UNKNOWN_TICKET, "action": refund(7)}),
     );
     assert_eq!(code(&pending), (false, Some("approval_pending".into())));
-    validate("answer-pending.json", &f.l().pending().unwrap());
+    validate("answer-pending.json", &f.l().pending_json().unwrap());
     run.revoke("r-open", json!({"reason": "no longer needed"}));
 
     // Observe mode (send_email in the default policy): a would-be denial is a grant.
@@ -873,24 +888,24 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
             &f.l().history(tid, Some(0), 1).unwrap(),
         );
         if tid != "unknown" {
-            validate("export-bundle.json", &f.l().export(tid).unwrap());
+            validate("export-bundle.json", &f.l().export_json(tid).unwrap());
         }
     }
-    validate("answer-pending.json", &f.l().pending().unwrap());
+    validate("answer-pending.json", &f.l().pending_json().unwrap());
     for seq in [0, size / 2, size - 1] {
         validate(
             "answer-inclusion.json",
-            &f.l().inclusion_proof(seq, None).unwrap(),
+            &f.l().inclusion_json(seq, None).unwrap(),
         );
         validate(
             "answer-inclusion.json",
-            &f.l().inclusion_proof(seq, Some(size)).unwrap(),
+            &f.l().inclusion_json(seq, Some(size)).unwrap(),
         );
     }
     for (from, to) in [(0, size), (1, size), (size / 2, size), (size, size), (3, 7)] {
         validate(
             "answer-consistency.json",
-            &f.l().consistency_proof(from, to).unwrap(),
+            &f.l().consistency_json(from, to).unwrap(),
         );
     }
     // And an error.

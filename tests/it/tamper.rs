@@ -1,9 +1,9 @@
 //! Issue 2: each edit made directly in the store makes `verify` exit 1 and name the first bad
 //! seq; an untouched ledger verifies clean.
 
+use crate::raw::{Cf, RawStore as Store, be};
 use hitl_ledger::format::merkle;
 use hitl_ledger::format::record::Record;
-use hitl_ledger::storage::rocks::{Cf, Store, be};
 use serde_json::json;
 
 use crate::util::*;
@@ -168,7 +168,7 @@ fn truncation_with_checkpoints_deleted_is_caught_by_trusted() {
         .map(|r| r.unwrap())
         .collect::<Vec<_>>()
     {
-        if hitl_ledger::storage::rocks::read_be(&k).unwrap() > keep {
+        if crate::raw::read_be(&k).unwrap() > keep {
             s.raw_delete(Cf::Checkpoints, &k).unwrap();
         }
     }

@@ -10,6 +10,7 @@ use hitl_ledger::clock::{ManualClock, Timestamp};
 use hitl_ledger::format::record::Actor;
 use hitl_ledger::ledger::{Appended, Extra, Ledger, LedgerOptions, Op};
 use hitl_ledger::model::request::{AuthorizeRequest, DecisionRequest, InterruptRequest};
+use hitl_ledger::wire;
 use serde_json::{Map, Value, json};
 
 pub const ORIGIN: &str = "test.example/ledger";
@@ -30,6 +31,57 @@ pub fn reviewer() -> Actor {
     Actor {
         principal: "alice".into(),
         role: "reviewer".into(),
+    }
+}
+
+/// The ledger's reads as the contract's JSON, and the whole-ledger check, for the tests.
+pub trait JsonReads {
+    fn pending_json(&self) -> hitl_ledger::Result<Value>;
+    fn history(&self, thread: &str, after: Option<u64>, limit: usize)
+    -> hitl_ledger::Result<Value>;
+    fn request(&self, rid: &str) -> hitl_ledger::Result<Value>;
+    fn export_json(&self, thread: &str) -> hitl_ledger::Result<Value>;
+    fn inclusion_json(&self, seq: u64, size: Option<u64>) -> hitl_ledger::Result<Value>;
+    fn consistency_json(&self, from: u64, to: u64) -> hitl_ledger::Result<Value>;
+    fn verify(
+        &self,
+        trusted: Option<&[u8]>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> hitl_ledger::Result<hitl_ledger::audit::fsck::VerifyReport>;
+}
+
+impl JsonReads for Ledger {
+    fn pending_json(&self) -> hitl_ledger::Result<Value> {
+        Ok(wire::pending(&self.pending()?))
+    }
+    fn history(
+        &self,
+        thread: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> hitl_ledger::Result<Value> {
+        Ok(wire::thread_page(
+            &self.thread_records(thread, after, limit)?,
+        ))
+    }
+    fn request(&self, rid: &str) -> hitl_ledger::Result<Value> {
+        Ok(wire::request(&self.request_after_timeout(rid)?))
+    }
+    fn export_json(&self, thread: &str) -> hitl_ledger::Result<Value> {
+        Ok(self.export(thread)?.to_value())
+    }
+    fn inclusion_json(&self, seq: u64, size: Option<u64>) -> hitl_ledger::Result<Value> {
+        Ok(wire::inclusion(&self.inclusion_proof(seq, size)?))
+    }
+    fn consistency_json(&self, from: u64, to: u64) -> hitl_ledger::Result<Value> {
+        Ok(wire::consistency(&self.consistency_proof(from, to)?))
+    }
+    fn verify(
+        &self,
+        trusted: Option<&[u8]>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> hitl_ledger::Result<hitl_ledger::audit::fsck::VerifyReport> {
+        hitl_ledger::audit::fsck::verify(self, trusted, progress)
     }
 }
 
@@ -95,9 +147,9 @@ impl Fixture {
     }
 
     /// Opens the raw RocksDB store (ledger closed) for direct edits.
-    pub fn raw_store(&mut self) -> hitl_ledger::storage::rocks::Store {
+    pub fn raw_store(&mut self) -> crate::raw::RawStore {
         self.close();
-        hitl_ledger::storage::rocks::Store::open(&self.dir.path().join("db"), false).unwrap()
+        crate::raw::RawStore::open(&self.dir.path().join("db"))
     }
 
     pub fn size(&self) -> u64 {
@@ -248,54 +300,58 @@ pub fn forge(
     use hitl_ledger::format::merkle;
     use hitl_ledger::format::note::Checkpoint;
     use hitl_ledger::format::record::{Record, ZERO_HASH};
-    use hitl_ledger::index;
-    use hitl_ledger::storage::rocks::{Cf, View, be};
+    use hitl_ledger::index::{self, View};
+    use hitl_ledger::storage::{Durability, Engine, rocks::RocksEngine};
     let signer = signer_of(f.path());
     let now = hitl_ledger::clock::Clock::now(&f.clock);
-    let store = f.raw_store();
-    let mut view = View::new(&store);
-    let head = index::head(&view).unwrap();
-    let st = index::request(&view, rid)
-        .unwrap()
-        .expect("the request exists");
-    let (thread_seq, thread_prev) = index::thread_head(&view, &st.thread_id)
-        .unwrap()
-        .unwrap_or((0, ZERO_HASH));
-    let record = Record {
-        origin: ORIGIN.into(),
-        seq: head.size,
-        prev: head.last_hash,
-        ts: Timestamp::from_micros(now.micros().max(head.last_ts)),
-        kind,
-        thread_id: st.thread_id.clone(),
-        run_id: st.run_id.clone(),
-        checkpoint_ns: st.checkpoint_ns.clone(),
-        checkpoint_id: st.checkpoint_id.clone(),
-        request_id: Some(rid.into()),
-        thread_seq,
-        thread_prev,
-        actor: agent(),
-        body: map(body),
+    f.close();
+    let engine = RocksEngine::open(&f.path().join("db"), false).unwrap();
+    let txn = engine.begin_write().unwrap();
+    let (record, changes) = {
+        let mut view = View::new(&*txn);
+        let head = index::head(&view).unwrap();
+        let st = index::request(&view, rid)
+            .unwrap()
+            .expect("the request exists");
+        let (thread_seq, thread_prev) = index::thread_head(&view, &st.thread_id)
+            .unwrap()
+            .unwrap_or((0, ZERO_HASH));
+        let record = Record {
+            origin: ORIGIN.into(),
+            seq: head.size,
+            prev: head.last_hash,
+            ts: Timestamp::from_micros(now.micros().max(head.last_ts)),
+            kind,
+            thread_id: st.thread_id.clone(),
+            run_id: st.run_id.clone(),
+            checkpoint_ns: st.checkpoint_ns.clone(),
+            checkpoint_id: st.checkpoint_id.clone(),
+            request_id: Some(rid.into()),
+            thread_seq,
+            thread_prev,
+            actor: agent(),
+            body: map(body),
+        };
+        let leaf = record.leaf().unwrap();
+        Record::from_leaf(&leaf).expect("a forged record must still be a valid record");
+        let hash = merkle::leaf_hash(&leaf);
+        index::put_leaf(&mut view, record.seq, leaf);
+        index::apply(&mut view, record.seq, &hash, &record).unwrap();
+        let size = record.seq + 1;
+        let cp = Checkpoint {
+            origin: ORIGIN.into(),
+            size,
+            root: merkle::root(&view, size).unwrap(),
+        };
+        index::put_checkpoint(
+            &mut view,
+            size,
+            signer.sign(&cp.body()).unwrap().into_bytes(),
+        );
+        (record, view.take())
     };
-    let leaf = record.leaf().unwrap();
-    Record::from_leaf(&leaf).expect("a forged record must still be a valid record");
-    let hash = merkle::leaf_hash(&leaf);
-    view.put(Cf::Records, be(record.seq).to_vec(), leaf);
-    index::apply(&mut view, record.seq, &hash, &record).unwrap();
-    let size = record.seq + 1;
-    let cp = Checkpoint {
-        origin: ORIGIN.into(),
-        size,
-        root: merkle::root(&view, size).unwrap(),
-    };
-    view.put(
-        Cf::Checkpoints,
-        be(size).to_vec(),
-        signer.sign(&cp.body()).unwrap().into_bytes(),
-    );
-    store.write(view.staged(), true).unwrap();
-    drop(view);
-    drop(store);
+    txn.commit(changes, Durability::Synced).unwrap();
+    drop(engine);
     f.reopen();
     record.seq
 }

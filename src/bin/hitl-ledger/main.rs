@@ -1,10 +1,20 @@
-//! The `hitl-ledger` binary: parses arguments and hands them to the library.
+//! The `hitl-ledger` binary: parses arguments, runs one command, and maps its outcome to the
+//! exit status (the one table is in `exit.rs`).
 
 use clap::Parser;
 
-mod cli;
+mod args;
+mod commands;
+mod exit;
+mod output;
+mod user;
 
 fn main() {
-    let cli = cli::Cli::parse();
-    std::process::exit(cli::main_with(cli));
+    let cli = args::Cli::parse();
+    let format = cli.format;
+    let outcome = commands::run(cli).unwrap_or_else(exit::Outcome::Failed);
+    if let exit::Outcome::Failed(e) = &outcome {
+        output::print_error(format, e);
+    }
+    std::process::exit(exit::status(&outcome));
 }

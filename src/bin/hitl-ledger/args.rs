@@ -1,0 +1,206 @@
+//! The command line's arguments, as clap parses them: raw input, validated by the commands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// Machine-readable JSON.
+    Json,
+    /// JSON lines (export views).
+    Jsonl,
+    /// CSV (export views).
+    Csv,
+}
+
+impl Format {
+    /// The value as given on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Jsonl => "jsonl",
+            Format::Csv => "csv",
+        }
+    }
+}
+
+/// hitl-ledger: a tamper-evident ledger for human-in-the-loop approvals of AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "hitl-ledger", version, about)]
+pub struct Cli {
+    /// The ledger's data directory.
+    #[arg(long, env = "HITL_LEDGER_DATA", global = true)]
+    pub data: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
+    pub format: Format,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the ledger: keys, policy, database, the size-0 checkpoint; prints the verifier key.
+    Init {
+        /// The log's origin (its key name), e.g. example.com/approvals.
+        #[arg(long)]
+        origin: String,
+    },
+    /// Manage bearer tokens.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        action: TokenCommand,
+    },
+    /// Append JSON lines (from FILE or standard input), one answer per line.
+    Append {
+        /// The file, or - for standard input.
+        #[arg(default_value = "-")]
+        file: String,
+        /// Lines per batch (one sync per batch).
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// Approve, edit or reject a request.
+    Decide {
+        /// The request id.
+        request_id: String,
+        /// approve, edit or reject.
+        decision: String,
+        /// Why (required for reject).
+        #[arg(long)]
+        rationale: Option<String>,
+        /// The edited call as JSON {"tool", "args"} (for edit).
+        #[arg(long)]
+        edited_action: Option<String>,
+    },
+    /// The gate: exits 0 on a grant and 3 on a denial.
+    Authorize {
+        /// The request id.
+        request_id: String,
+        /// The ticket id.
+        #[arg(long)]
+        ticket: String,
+        /// The call about to be made, JSON {"tool", "args"}, or @FILE.
+        #[arg(long)]
+        action: String,
+        /// The executor's attempt id (retry safety).
+        #[arg(long)]
+        attempt_id: Option<String>,
+        /// The run asking.
+        #[arg(long)]
+        run_id: Option<String>,
+        /// The graph checkpoint asking.
+        #[arg(long)]
+        checkpoint_id: Option<String>,
+    },
+    /// Revoke a request (open, or approved).
+    Revoke {
+        /// The request id.
+        request_id: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Record the timeouts that are due.
+    Sweep,
+    /// What needs an answer now.
+    Pending,
+    /// Everything recorded for a thread.
+    History {
+        /// The thread id.
+        #[arg(long)]
+        thread: String,
+        /// Start after this thread_seq.
+        #[arg(long)]
+        after: Option<u64>,
+        /// At most this many records (1 to 10000).
+        #[arg(long, default_value_t = 10_000)]
+        limit: usize,
+    },
+    /// Print the latest signed checkpoint.
+    Checkpoint,
+    /// Check the whole ledger (exit 1 on any problem).
+    Verify {
+        /// A checkpoint note kept outside the ledger.
+        #[arg(long)]
+        trusted: Option<PathBuf>,
+    },
+    /// Rebuild every derived index from the records.
+    Reindex,
+    /// Serve the HTTP API (the single writer for every host, console and auditor).
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the first line printed names it).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// The tokens file (default DIR/tokens.json).
+        #[arg(long)]
+        tokens: Option<PathBuf>,
+        /// The policy file (default DIR/policy.json).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Operations the writer queue holds before answering 503 overloaded.
+        #[arg(long, default_value_t = 4096)]
+        queue_capacity: usize,
+        /// How long the writer waits to gather a batch, microseconds.
+        #[arg(long, default_value_t = 0)]
+        max_batch_delay_us: u64,
+        /// Initialize the data directory first when it holds no ledger (with --origin), and
+        /// create one token per role, printed once.
+        #[arg(long)]
+        init: bool,
+        /// The origin for --init.
+        #[arg(long, default_value = "localhost/hitl-ledger")]
+        origin: String,
+    },
+    /// Write one thread's bundle (evidence), or a readable view with --format jsonl or csv.
+    Export {
+        /// The thread id.
+        #[arg(long)]
+        thread: String,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Check a bundle offline, trusting only the verifier key.
+    VerifyExport {
+        /// The bundle file.
+        file: PathBuf,
+        /// The verifier key, `<name>+<key id>+<base64>`.
+        #[arg(long)]
+        key: String,
+    },
+}
+
+/// Token commands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; prints it once and stores only its SHA-256.
+    Add {
+        /// The principal.
+        #[arg(long)]
+        principal: String,
+        /// agent, reviewer, auditor or admin.
+        #[arg(long)]
+        role: String,
+        /// The tokens file (default DIR/tokens.json).
+        #[arg(long)]
+        tokens: Option<PathBuf>,
+    },
+}
+
+/// The default data directory: `$XDG_DATA_HOME/hitl-ledger`, else `~/.local/share/hitl-ledger`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("hitl-ledger");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".local/share/hitl-ledger")
+}

@@ -1,0 +1,623 @@
+//! One function per command: each validates its arguments, calls the library and prints; the
+//! outcome's exit status is decided in `exit.rs` only.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::args::{Cli, Command, Format, TokenCommand, default_data_dir};
+use crate::exit::Outcome;
+use crate::output::{out, print_json, show_appended};
+use crate::user::local_admin;
+use hitl_ledger::audit::{fsck, views};
+use hitl_ledger::error::{Error, ErrorCode, Result};
+use hitl_ledger::format::record::Actor;
+use hitl_ledger::ledger::commit::CommitConfig;
+use hitl_ledger::ledger::{Appended, Extra, Ledger, LedgerOptions, Op, files};
+use hitl_ledger::model::request::parse_body;
+use hitl_ledger::server::tokens::{Role, Tokens, add_token};
+use hitl_ledger::wire;
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// The command's error (printed by the caller with its code).
+pub fn run(cli: Cli) -> Result<Outcome> {
+    let dir = cli.data.clone().unwrap_or_else(default_data_dir);
+    let f = cli.format;
+    let text_or_json = [Format::Text, Format::Json];
+    let name = command_name(&cli.command);
+    if !matches!(cli.command, Command::Append { .. } | Command::Export { .. })
+        && !text_or_json.contains(&f)
+    {
+        return Err(Error::new(
+            ErrorCode::Usage,
+            format!("{name} does not write --format {}", f.as_str()),
+        ));
+    }
+    match cli.command {
+        Command::Init { origin } => init(&dir, f, &origin),
+        Command::Token {
+            action:
+                TokenCommand::Add {
+                    principal,
+                    role,
+                    tokens,
+                },
+        } => token_add(&dir, f, &principal, &role, tokens),
+        Command::Append { file, batch } => append(&dir, &file, batch),
+        Command::Decide {
+            request_id,
+            decision,
+            rationale,
+            edited_action,
+        } => decide(&dir, f, request_id, decision, rationale, edited_action),
+        Command::Authorize {
+            request_id,
+            ticket,
+            action,
+            attempt_id,
+            run_id,
+            checkpoint_id,
+        } => authorize(
+            &dir,
+            f,
+            request_id,
+            ticket,
+            &action,
+            [attempt_id, run_id, checkpoint_id],
+        ),
+        Command::Revoke { request_id, reason } => revoke(&dir, f, request_id, reason),
+        Command::Sweep => sweep(&dir, f),
+        Command::Pending => pending(&dir, f),
+        Command::History {
+            thread,
+            after,
+            limit,
+        } => history(&dir, f, &thread, after, limit),
+        Command::Checkpoint => checkpoint(&dir, f),
+        Command::Verify { trusted } => verify(&dir, f, trusted.as_deref()),
+        Command::Reindex => reindex(&dir, f),
+        Command::Serve {
+            listen,
+            tokens,
+            policy,
+            queue_capacity,
+            max_batch_delay_us,
+            init,
+            origin,
+        } => {
+            if init && !dir.join(files::CONFIG).exists() {
+                init_for_serve(&dir, &origin, tokens.as_deref())?;
+            }
+            let commit = CommitConfig {
+                queue_capacity: queue_capacity.max(1),
+                max_batch_delay: std::time::Duration::from_micros(max_batch_delay_us),
+                ..Default::default()
+            };
+            serve(&dir, &listen, tokens, policy, commit)
+        }
+        Command::Export { thread, out: path } => export(&dir, f, &thread, path.as_deref()),
+        Command::VerifyExport { file, key } => verify_export(f, &file, &key),
+    }
+}
+
+fn command_name(c: &Command) -> &'static str {
+    match c {
+        Command::Init { .. } => "init",
+        Command::Token { .. } => "token add",
+        Command::Append { .. } => "append",
+        Command::Decide { .. } => "decide",
+        Command::Authorize { .. } => "authorize",
+        Command::Revoke { .. } => "revoke",
+        Command::Sweep => "sweep",
+        Command::Pending => "pending",
+        Command::History { .. } => "history",
+        Command::Checkpoint => "checkpoint",
+        Command::Verify { .. } => "verify",
+        Command::Reindex => "reindex",
+        Command::Serve { .. } => "serve",
+        Command::Export { .. } => "export",
+        Command::VerifyExport { .. } => "verify-export",
+    }
+}
+
+fn usage(m: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Usage, m)
+}
+
+/// A JSON argument, or `@FILE` for the file's contents.
+fn read_arg_json(s: &str) -> Result<Vec<u8>> {
+    match s.strip_prefix('@') {
+        Some(path) => std::fs::read(path).map_err(|e| usage(format!("{path}: {e}"))),
+        None => Ok(s.as_bytes().to_vec()),
+    }
+}
+
+fn single(o: hitl_ledger::ledger::Outcome) -> Result<Appended> {
+    o.appended()
+        .ok_or_else(|| Error::new(ErrorCode::Internal, "expected one record"))
+}
+
+fn init(dir: &Path, f: Format, origin: &str) -> Result<Outcome> {
+    let init = Ledger::init(dir, origin)?;
+    if f == Format::Json {
+        print_json(
+            &json!({"verifier_key": init.verifier_key, "data": dir, "checkpoint": init.checkpoint}),
+        );
+    } else {
+        eprintln!("initialized ledger {origin:?} in {}", dir.display());
+        out(&init.verifier_key);
+    }
+    Ok(Outcome::Done)
+}
+
+fn token_add(
+    dir: &Path,
+    f: Format,
+    principal: &str,
+    role: &str,
+    tokens: Option<PathBuf>,
+) -> Result<Outcome> {
+    let role = Role::parse(role)?;
+    if tokens.is_none() && !dir.join(files::CONFIG).exists() {
+        return Err(Error::new(
+            ErrorCode::DataDir,
+            format!(
+                "{} is not a ledger data directory; run init first or pass --tokens",
+                dir.display()
+            ),
+        ));
+    }
+    let path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
+    let token = add_token(&path, principal, role)?;
+    if f == Format::Json {
+        print_json(&json!({"token": token, "principal": principal, "role": role.as_str()}));
+    } else {
+        eprintln!(
+            "token for {principal} ({}) written to {}; it is shown once:",
+            role.as_str(),
+            path.display()
+        );
+        out(&token);
+    }
+    Ok(Outcome::Done)
+}
+
+fn decide(
+    dir: &Path,
+    f: Format,
+    request_id: String,
+    decision: String,
+    rationale: Option<String>,
+    edited_action: Option<String>,
+) -> Result<Outcome> {
+    let mut body = Map::new();
+    body.insert("decision".into(), json!(decision));
+    if let Some(r) = rationale {
+        body.insert("rationale".into(), json!(r));
+    }
+    if let Some(a) = edited_action {
+        body.insert(
+            "edited_action".into(),
+            Value::Object(parse_body(&read_arg_json(&a)?)?),
+        );
+    }
+    let op = Op::from_body("decision", Some(request_id), body)?;
+    let ledger = Ledger::open(dir)?;
+    let a = single(ledger.execute_one(op, &local_admin())?)?;
+    show_appended(f, &a);
+    Ok(Outcome::Done)
+}
+
+fn authorize(
+    dir: &Path,
+    f: Format,
+    request_id: String,
+    ticket: String,
+    action: &str,
+    [attempt_id, run_id, checkpoint_id]: [Option<String>; 3],
+) -> Result<Outcome> {
+    let mut body = Map::new();
+    body.insert("ticket_id".into(), json!(ticket));
+    body.insert(
+        "action".into(),
+        Value::Object(parse_body(&read_arg_json(action)?)?),
+    );
+    for (k, v) in [
+        ("attempt_id", attempt_id),
+        ("run_id", run_id),
+        ("checkpoint_id", checkpoint_id),
+    ] {
+        if let Some(v) = v {
+            body.insert(k.into(), json!(v));
+        }
+    }
+    let op = Op::from_body("authorize", Some(request_id), body)?;
+    let ledger = Ledger::open(dir)?;
+    let a = single(ledger.execute_one(op, &local_admin())?)?;
+    show_appended(f, &a);
+    match a.extra {
+        Extra::Authorization(g) if g.granted => Ok(Outcome::Done),
+        _ => Ok(Outcome::Denied),
+    }
+}
+
+fn revoke(dir: &Path, f: Format, request_id: String, reason: String) -> Result<Outcome> {
+    let mut body = Map::new();
+    body.insert("reason".into(), json!(reason));
+    let op = Op::from_body("revoke", Some(request_id), body)?;
+    let ledger = Ledger::open(dir)?;
+    let a = single(ledger.execute_one(op, &local_admin())?)?;
+    show_appended(f, &a);
+    Ok(Outcome::Done)
+}
+
+fn sweep(dir: &Path, f: Format) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    let swept = ledger.sweep()?;
+    if f == Format::Json {
+        print_json(&wire::timeouts(&swept));
+    } else {
+        for a in &swept {
+            out(&format!(
+                "timeout of request {} seq {}",
+                a.record.request_id.clone().unwrap_or_default(),
+                a.seq
+            ));
+        }
+        eprintln!("{} timeout(s) recorded", swept.len());
+    }
+    Ok(Outcome::Done)
+}
+
+fn pending(dir: &Path, f: Format) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    let items = ledger.pending()?;
+    if f == Format::Json {
+        print_json(&wire::pending(&items));
+    } else {
+        for it in &items {
+            out(&format!(
+                "{}\tthread {}\ttool {}\texpires {}\tseq {}",
+                it.request_id, it.thread_id, it.tool, it.expires_at, it.seq
+            ));
+        }
+        eprintln!("{} pending", items.len());
+    }
+    Ok(Outcome::Done)
+}
+
+fn history(
+    dir: &Path,
+    f: Format,
+    thread: &str,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Outcome> {
+    if !(1..=10_000).contains(&limit) {
+        return Err(usage("--limit is from 1 to 10000"));
+    }
+    let ledger = Ledger::open(dir)?;
+    let page = ledger.thread_records(thread, after, limit)?;
+    if f == Format::Json {
+        print_json(&wire::thread_page(&page));
+    } else {
+        for (r, _, _) in &page.0 {
+            out(&format!(
+                "{:>6} {:>4} {} {:<13} request {} by {} ({})",
+                r.seq,
+                r.thread_seq,
+                r.ts,
+                r.kind.as_str(),
+                r.request_id.as_deref().unwrap_or("-"),
+                r.actor.principal,
+                r.actor.role,
+            ));
+        }
+        if let Some(n) = page.1 {
+            eprintln!("more: --after {n}");
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+fn checkpoint(dir: &Path, f: Format) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    let (cp, note) = ledger.latest_checkpoint()?;
+    if f == Format::Json {
+        use base64::Engine;
+        print_json(&json!({"origin": cp.origin, "size": cp.size,
+            "root": base64::engine::general_purpose::STANDARD.encode(cp.root), "checkpoint": note}));
+    } else {
+        print!("{note}");
+    }
+    Ok(Outcome::Done)
+}
+
+fn verify(dir: &Path, f: Format, trusted: Option<&Path>) -> Result<Outcome> {
+    let trusted_bytes = match trusted {
+        Some(p) => Some(std::fs::read(p).map_err(|e| usage(format!("{}: {e}", p.display())))?),
+        None => None,
+    };
+    let ledger = Ledger::open(dir)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |done: u64, total: u64| {
+        if tty {
+            eprint!("\rverifying {done}/{total} records");
+        }
+    };
+    let report = fsck::verify(&ledger, trusted_bytes.as_deref(), &mut progress)?;
+    if tty {
+        eprintln!();
+    }
+    if f == Format::Json {
+        print_json(&report.to_json());
+    } else if report.ok() {
+        out(&format!(
+            "ok: {} records, {} checkpoints verified",
+            report.records, report.checkpoints
+        ));
+    } else {
+        let p = &report.problems[0];
+        out(&format!(
+            "PROBLEM {} at seq {}: {}",
+            p.code,
+            p.seq.map_or("-".into(), |s| s.to_string()),
+            p.message
+        ));
+        out(&format!(
+            "{} problem(s) in {} records",
+            report.problems.len(),
+            report.records
+        ));
+    }
+    Ok(if report.ok() {
+        Outcome::Done
+    } else {
+        Outcome::Problem
+    })
+}
+
+fn reindex(dir: &Path, f: Format) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    let n = ledger.reindex()?;
+    if f == Format::Json {
+        print_json(&json!({"records": n}));
+    } else {
+        out(&format!("reindexed {n} records"));
+    }
+    Ok(Outcome::Done)
+}
+
+fn export(dir: &Path, f: Format, thread: &str, path: Option<&Path>) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    let mut buf: Vec<u8> = Vec::new();
+    match f {
+        Format::Jsonl => views::export_jsonl(&ledger, thread, &mut buf)?,
+        Format::Csv => views::export_csv(&ledger, thread, &mut buf)?,
+        Format::Text | Format::Json => {
+            let b = ledger.export(thread)?;
+            buf = serde_json::to_vec_pretty(&b.to_value())
+                .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
+            buf.push(b'\n');
+        }
+    }
+    match path {
+        Some(p) => {
+            std::fs::write(p, &buf)
+                .map_err(|e| Error::storage(&format!("writing {}", p.display()), e))?;
+            eprintln!("wrote {}", p.display());
+        }
+        None => {
+            let _ = std::io::stdout().lock().write_all(&buf);
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+fn verify_export(f: Format, file: &Path, key: &str) -> Result<Outcome> {
+    let bytes = std::fs::read(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
+    let report = hitl_ledger::verify::verify_bundle(&bytes, key);
+    if f == Format::Json {
+        print_json(&report.to_json());
+    } else {
+        match &report.problem {
+            None => out(&format!(
+                "ok: {} records ({} decisions, {} rejections) from {} to {}",
+                report.records,
+                report.decisions,
+                report.rejections,
+                report.first_ts.clone().unwrap_or("-".into()),
+                report.last_ts.clone().unwrap_or("-".into())
+            )),
+            Some(p) => {
+                let seq = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
+                if p.code == hitl_ledger::verify::ProblemCode::BadInput {
+                    eprintln!("hitl-ledger: {} ({})", p.message, p.code);
+                } else {
+                    out(&format!("PROBLEM {}{seq}: {}", p.code, p.message));
+                    out(&format!("{} records read", report.records));
+                }
+            }
+        }
+    }
+    Ok(if report.ok() {
+        Outcome::Done
+    } else if report.bad_input() {
+        Outcome::InputRefused
+    } else {
+        Outcome::Problem
+    })
+}
+
+/// Parses one `append` line into an operation.
+///
+/// # Errors
+/// The line's validation error.
+pub fn op_from_line(line: &[u8]) -> Result<Op> {
+    let mut map = parse_body(line)?;
+    let kind = match map.remove("kind") {
+        Some(Value::String(k)) => k,
+        Some(_) => {
+            return Err(Error::new(
+                ErrorCode::InvalidRequest,
+                "\"kind\" must be a string",
+            ));
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::MissingField,
+                "missing field \"kind\"",
+            ));
+        }
+    };
+    let request_id = if kind == "interrupt" {
+        None
+    } else {
+        match map.remove("request_id") {
+            Some(Value::String(r)) => Some(r),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "\"request_id\" must be a string",
+                ));
+            }
+            None => None,
+        }
+    };
+    Op::from_body(&kind, request_id, map)
+}
+
+fn append(dir: &Path, file: &str, batch: usize) -> Result<Outcome> {
+    let ledger = Ledger::open(dir)?;
+    append_lines(&ledger, file, batch.clamp(1, 100_000), &local_admin())
+}
+
+fn append_lines(ledger: &Ledger, file: &str, batch: usize, actor: &Actor) -> Result<Outcome> {
+    let reader: Box<dyn BufRead> = if file == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(Path::new(file)).map_err(|e| usage(format!("{file}: {e}")))?,
+        ))
+    };
+    let mut failed = false;
+    let mut pending: Vec<Result<Op>> = Vec::new();
+    let flush = |pending: &mut Vec<Result<Op>>, failed: &mut bool| {
+        let ops: Vec<(Op, Actor)> = pending
+            .iter()
+            .filter_map(|r| r.as_ref().ok().map(|op| (op.clone(), actor.clone())))
+            .collect();
+        let mut results = ledger.execute(ops).into_iter();
+        for item in pending.drain(..) {
+            let r = match item {
+                Err(e) => Err(e),
+                Ok(_) => results
+                    .next()
+                    .unwrap_or_else(|| Err(Error::new(ErrorCode::Internal, "missing result"))),
+            };
+            match r {
+                Ok(o) => out(&o.to_json().to_string()),
+                Err(e) => {
+                    *failed = true;
+                    out(&e.to_json().to_string());
+                }
+            }
+        }
+    };
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| Error::storage("reading input", e))?;
+        let trimmed: &[u8] = line.strip_suffix(b"\r").unwrap_or(&line);
+        if trimmed.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        pending.push(op_from_line(trimmed));
+        if pending.len() >= batch {
+            flush(&mut pending, &mut failed);
+        }
+    }
+    flush(&mut pending, &mut failed);
+    Ok(if failed {
+        Outcome::InputRefused
+    } else {
+        Outcome::Done
+    })
+}
+
+fn init_for_serve(dir: &Path, origin: &str, tokens: Option<&Path>) -> Result<()> {
+    let i = Ledger::init(dir, origin)?;
+    eprintln!("initialized ledger {origin:?} in {}", dir.display());
+    eprintln!("verifier key: {}", i.verifier_key);
+    let tokens_path = tokens
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| dir.join(files::TOKENS));
+    for (name, role) in [
+        ("agent", Role::Agent),
+        ("reviewer", Role::Reviewer),
+        ("auditor", Role::Auditor),
+        ("admin", Role::Admin),
+    ] {
+        let t = add_token(&tokens_path, &format!("{name}-1"), role)?;
+        eprintln!("{name} token (shown once): {t}");
+    }
+    Ok(())
+}
+
+fn serve(
+    dir: &Path,
+    listen: &str,
+    tokens: Option<PathBuf>,
+    policy: Option<PathBuf>,
+    commit: CommitConfig,
+) -> Result<Outcome> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
+    let tokens = Tokens::load(&tokens_path)?;
+    if tokens.is_empty() {
+        eprintln!(
+            "warning: {} holds no tokens; every request but /healthz will be 401 (add one with `hitl-ledger token add`)",
+            tokens_path.display()
+        );
+    }
+    let ledger = std::sync::Arc::new(Ledger::open_with(
+        dir,
+        LedgerOptions {
+            policy_path: policy,
+            ..Default::default()
+        },
+    )?);
+    if let Some(e) = ledger.refuses_writes() {
+        eprintln!(
+            "warning: this ledger refuses every write until it is repaired: {}",
+            e.message()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::storage("starting the runtime", e))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::storage("listener", e))?;
+        out(&format!("listening on {addr}"));
+        let state =
+            hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
+                .watch_tokens_file(&tokens_path);
+        hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await?;
+        let (cp, _) = ledger.latest_checkpoint()?;
+        eprintln!("stopped; latest checkpoint covers {} records", cp.size);
+        Ok(Outcome::Done)
+    })
+}

@@ -1,0 +1,44 @@
+//! Byte codecs shared by every layer: big-endian integers (keys sort numerically), the
+//! `‖ 0x00 ‖` join of identifiers, and constant-time comparison of secrets and digests.
+
+/// Big-endian bytes of a u64.
+pub fn be(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+/// Reads a big-endian u64 from the first 8 bytes.
+pub fn read_be(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.get(..8)?.try_into().ok()?))
+}
+
+/// `a ‖ 0x00 ‖ b`: identifiers hold no NUL, so joined keys never collide and a prefix scan of
+/// `a ‖ 0x00` finds exactly `a`'s entries.
+pub fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(a.len() + 1 + b.len());
+    k.extend_from_slice(a);
+    k.push(0);
+    k.extend_from_slice(b);
+    k
+}
+
+/// Compares two strings in constant time (for their length): digests and secrets.
+pub fn ct_eq(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_endian_sorts_numerically() {
+        let mut v = [3u64, 256, 1, u64::MAX, 0];
+        v.sort_by_key(|n| be(*n));
+        assert_eq!(v, [0, 1, 3, 256, u64::MAX]);
+        assert_eq!(read_be(&be(77)), Some(77));
+        assert_eq!(read_be(&[1, 2]), None);
+        assert_eq!(join(b"a", b"b"), b"a\0b");
+        assert!(ct_eq("abc", "abc") && !ct_eq("abc", "abd") && !ct_eq("ab", "abc"));
+    }
+}

@@ -1,0 +1,251 @@
+//! Typed reads of the records and the derived state: what the writer, the gate and the read
+//! routes ask, without naming a keyspace or a key encoding.
+
+use crate::codec::{be, read_be};
+use crate::error::{Error, Result};
+use crate::format::merkle::{self, Hash};
+use crate::format::record::Record;
+use crate::storage::{Keyspace, Read, scan_prefix};
+
+use super::keys::{
+    deadline_key, grant_key, idem_decision, idem_follow_up, idem_interrupt, idem_revoke,
+    split_deadline_key, thread_key,
+};
+use super::{Lookup, View, seq_at};
+
+/// The leaf stored at `seq`.
+///
+/// # Errors
+/// A storage error.
+pub fn leaf<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<Option<Vec<u8>>> {
+    l.lookup(Keyspace::Records, &be(seq))
+}
+
+/// The record stored at `seq`, parsed, with its leaf hash; an index naming a missing or
+/// unreadable record is a corrupt store.
+///
+/// # Errors
+/// `corrupt_store`; storage errors.
+pub fn record<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash)> {
+    let leaf = leaf(l, seq)?
+        .ok_or_else(|| Error::corrupt(format!("an index names record {seq}, which is missing")))?;
+    let r = Record::from_leaf(&leaf).map_err(|e| Error::corrupt(format!("record {seq}: {e}")))?;
+    Ok((r, merkle::leaf_hash(&leaf)))
+}
+
+/// The seq of the request's interrupt.
+///
+/// # Errors
+/// A storage error.
+pub fn interrupt_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_interrupt(rid))
+}
+
+/// The seq of the request's closing decision (approval, edit or rejection).
+///
+/// # Errors
+/// A storage error.
+pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_decision(rid))
+}
+
+/// The seq of the request's revocation.
+///
+/// # Errors
+/// A storage error.
+pub fn revocation_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_revoke(rid))
+}
+
+/// The seq of the request's follow-up `fid`.
+///
+/// # Errors
+/// A storage error.
+pub fn follow_up_seq<L: Lookup + ?Sized>(l: &L, rid: &str, fid: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_follow_up(rid, fid))
+}
+
+/// The seq of the first grant of exactly this request, ticket, attempt and action digest.
+///
+/// # Errors
+/// A storage error.
+pub fn grant_seq<L: Lookup + ?Sized>(
+    l: &L,
+    rid: &str,
+    ticket: &str,
+    attempt: &str,
+    digest: &str,
+) -> Result<Option<u64>> {
+    seq_at(
+        l,
+        Keyspace::Grants,
+        &grant_key(rid, ticket, attempt, digest),
+    )
+}
+
+/// The request whose decision issued `ticket`.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a value that is not UTF-8.
+pub fn ticket_owner<L: Lookup + ?Sized>(l: &L, ticket: &str) -> Result<Option<String>> {
+    l.lookup(Keyspace::Tickets, ticket.as_bytes())?
+        .map(|v| String::from_utf8(v).map_err(|_| Error::corrupt("a tickets entry is not UTF-8")))
+        .transpose()
+}
+
+/// The seq of the record with this leaf hash.
+///
+/// # Errors
+/// A storage error.
+pub fn seq_of_hash<L: Lookup + ?Sized>(l: &L, hash: &Hash) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::ByHash, hash)
+}
+
+/// The requests whose review deadline is at or before `now` µs and are still open (the
+/// deadlines index holds only open requests), in deadline order.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed key.
+pub fn due_requests(r: &dyn Read, now: i64) -> Result<Vec<String>> {
+    // Every deadline at or before now is due (half-open: at expires_at it has passed).
+    let end = deadline_key(now.saturating_add(1), "");
+    let mut due = Vec::new();
+    for item in r.scan(Keyspace::Deadlines, &[]) {
+        let (k, _) = item?;
+        if k.as_slice() >= end.as_slice() {
+            break;
+        }
+        let (_, rid) =
+            split_deadline_key(&k).ok_or_else(|| Error::corrupt("a deadlines key is malformed"))?;
+        due.push(rid);
+    }
+    Ok(due)
+}
+
+/// True when some open request's review deadline is at or before `now` µs (one key read).
+///
+/// # Errors
+/// A storage error.
+pub fn any_due(r: &dyn Read, now: i64) -> Result<bool> {
+    let end = deadline_key(now.saturating_add(1), "");
+    match r.scan(Keyspace::Deadlines, &[]).next() {
+        None => Ok(false),
+        Some(item) => Ok(item?.0.as_slice() < end.as_slice()),
+    }
+}
+
+/// The open requests: (interrupt seq, request id), in ascending seq.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed entry.
+pub fn open_requests(r: &dyn Read) -> Result<Vec<(u64, String)>> {
+    let mut out = Vec::new();
+    for item in r.scan(Keyspace::Pending, &[]) {
+        let (k, v) = item?;
+        let seq = read_be(&k).ok_or_else(|| Error::corrupt("a pending key is malformed"))?;
+        let rid =
+            String::from_utf8(v).map_err(|_| Error::corrupt("a pending value is not UTF-8"))?;
+        out.push((seq, rid));
+    }
+    Ok(out)
+}
+
+/// The seqs of every record naming the request, ascending.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed key.
+pub fn request_record_seqs(r: &dyn Read, rid: &str) -> Result<Vec<u64>> {
+    let prefix = crate::codec::join(rid.as_bytes(), &[]);
+    let mut out = Vec::new();
+    for item in scan_prefix(r, Keyspace::RequestRecords, &prefix) {
+        let (k, _) = item?;
+        out.push(
+            read_be(&k[prefix.len()..])
+                .ok_or_else(|| Error::corrupt("a request_records key is malformed"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// The seqs of the thread's records from `thread_seq` `from` on, in thread order, as an
+/// iterator of (thread_seq, seq).
+pub fn thread_seqs<'a>(
+    r: &'a dyn Read,
+    thread: &str,
+    from: u64,
+) -> impl Iterator<Item = Result<(u64, u64)>> + 'a {
+    let prefix = crate::codec::join(thread.as_bytes(), &[]);
+    let start = thread_key(thread, from);
+    let n = prefix.len();
+    r.scan(Keyspace::Threads, &start)
+        .take_while(move |e| e.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix)))
+        .map(move |e| {
+            let (k, v) = e?;
+            let ts =
+                read_be(&k[n..]).ok_or_else(|| Error::corrupt("a threads key is malformed"))?;
+            let seq = read_be(&v).ok_or_else(|| Error::corrupt("a threads value is malformed"))?;
+            Ok((ts, seq))
+        })
+}
+
+/// The number of records: one past the last record's key.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a key that is not 8 bytes.
+pub fn record_count(r: &dyn Read) -> Result<u64> {
+    match r.last(Keyspace::Records)? {
+        None => Ok(0),
+        Some((k, _)) => read_be(&k)
+            .filter(|_| k.len() == 8)
+            .map(|s| s.saturating_add(1))
+            .ok_or_else(|| Error::corrupt("a records key is not 8 bytes")),
+    }
+}
+
+/// The last record's leaf.
+///
+/// # Errors
+/// A storage error.
+pub fn last_leaf(r: &dyn Read) -> Result<Option<Vec<u8>>> {
+    Ok(r.last(Keyspace::Records)?.map(|(_, v)| v))
+}
+
+/// Every record in key order: (key, leaf).
+pub fn records(r: &dyn Read) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + '_ {
+    r.scan(Keyspace::Records, &[])
+        .map(|e| e.map_err(Error::from))
+}
+
+/// The latest stored checkpoint: (its key's size, note bytes).
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed key.
+pub fn latest_checkpoint(r: &dyn Read) -> Result<Option<(u64, Vec<u8>)>> {
+    match r.last(Keyspace::Checkpoints)? {
+        None => Ok(None),
+        Some((k, v)) => Ok(Some((
+            read_be(&k).ok_or_else(|| Error::corrupt("a checkpoints key is malformed"))?,
+            v,
+        ))),
+    }
+}
+
+/// Every stored checkpoint: (key bytes, note bytes), by size.
+///
+/// # Errors
+/// A storage error.
+pub fn checkpoints(r: &dyn Read) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    r.scan(Keyspace::Checkpoints, &[])
+        .map(|e| e.map_err(Error::from))
+        .collect()
+}
+
+/// Stages the leaf of the record at `seq`.
+pub fn put_leaf(view: &mut View<'_>, seq: u64, leaf: Vec<u8>) {
+    view.put(Keyspace::Records, be(seq).to_vec(), leaf);
+}
+
+/// Stages the signed checkpoint of the tree of `size` records.
+pub fn put_checkpoint(view: &mut View<'_>, size: u64, note: Vec<u8>) {
+    view.put(Keyspace::Checkpoints, be(size).to_vec(), note);
+}

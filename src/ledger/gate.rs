@@ -1,0 +1,518 @@
+//! The gate: the rules of each operation (protocol sections 7 and 8), one function per
+//! operation, reading typed index lookups through the batch and appending through it. The
+//! decision itself is [`crate::model::decide::evaluate`]; the request's state machine is
+//! [`crate::model::state`]; replays are compared in [`super::replay`]. Nothing here names a
+//! keyspace, an engine or a clock: the batch time is the only time, and ids are made from it.
+
+use serde_json::{Map, Value, json};
+
+use super::op::{Appended, Extra, Grant, Op, Outcome, Refusal};
+use super::sequencer::{Batch, Draft};
+use crate::clock::{Timestamp, uuid_v7};
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::record::{ACTION_SCHEMA, Actor, Kind, REFUSALS_THREAD, hex_hash};
+use crate::index;
+use crate::model::action::{Action, idempotency_key, redact};
+use crate::model::decide::{self, TicketOwner};
+use crate::model::request::{
+    AuthorizeRequest, DecisionKind, DecisionRequest, FollowUpRequest, InterruptRequest,
+    RevokeRequest, parse_ticket_id,
+};
+use crate::model::state::{RequestState, may_decide, may_revoke};
+
+pub(super) fn not_found(rid: &str) -> Error {
+    Error::new(ErrorCode::RequestNotFound, format!("no request {rid:?}"))
+}
+
+pub(super) fn conflict(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Conflict, msg)
+}
+
+pub(super) fn idem_conflict(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::IdempotencyConflict, msg)
+}
+
+/// A JSON object from `json!({...})`.
+pub(super) fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+impl Batch<'_, '_, '_> {
+    /// Runs one operation.
+    pub(super) fn run(&mut self, op: Op, actor: &Actor, sp: &mut usize) -> Result<Outcome> {
+        let one = |a: Appended| Outcome::Appended(Box::new(a));
+        match op {
+            Op::Interrupt(req) => self.interrupt(req, actor, sp).map(one),
+            Op::Decide(rid, req) => self.decide(&rid, req, actor, sp).map(one),
+            Op::Authorize(rid, req) => self.authorize(&rid, req, actor, sp).map(one),
+            Op::Revoke(rid, req) => self.revoke(&rid, req, actor, sp).map(one),
+            Op::FollowUp(rid, req) => self.follow_up(&rid, req, actor, sp).map(one),
+            Op::Refusal(r) => self.refusal(r, actor).map(one),
+            Op::Sweep => self.sweep().map(Outcome::Swept),
+            Op::Timeout(rid) => {
+                let st = self.state(&rid)?;
+                match self.due_timeout(&rid, &st)? {
+                    Some(a) => Ok(one(a)),
+                    None => Ok(Outcome::Swept(Vec::new())),
+                }
+            }
+        }
+    }
+
+    pub(super) fn state(&self, rid: &str) -> Result<RequestState> {
+        index::request(&*self.view, rid)?.ok_or_else(|| not_found(rid))
+    }
+
+    /// A new UUID v7 from the batch time and random bits (tickets, edits' request ids).
+    fn new_id(&self) -> Result<String> {
+        let mut random = [0u8; 10];
+        getrandom::fill(&mut random).map_err(|e| Error::storage("random", e))?;
+        Ok(uuid_v7(self.ts, random))
+    }
+
+    /// Records the request's timeout when its review deadline has passed and it is still open.
+    fn due_timeout(&mut self, rid: &str, st: &RequestState) -> Result<Option<Appended>> {
+        if !st.timeout_due(self.ts.micros()) {
+            return Ok(None);
+        }
+        let body =
+            obj(json!({"expires_at": Timestamp::from_micros(st.review_expires_at).to_string()}));
+        let d = Draft::for_request(Kind::Timeout, st, rid, body);
+        self.append(d, &Actor::system()).map(Some)
+    }
+
+    /// Loads the request and records its due timeout first; the timeout survives a later
+    /// refusal of the operation (the savepoint moves past it).
+    fn state_after_timeout(&mut self, rid: &str, sp: &mut usize) -> Result<RequestState> {
+        let st = self.state(rid)?;
+        self.after_timeout(rid, st, sp)
+    }
+
+    /// As [`Batch::state_after_timeout`], for a state already loaded.
+    fn after_timeout(
+        &mut self,
+        rid: &str,
+        st: RequestState,
+        sp: &mut usize,
+    ) -> Result<RequestState> {
+        if self.due_timeout(rid, &st)?.is_some() {
+            *sp = self.view.savepoint();
+            return self.state(rid);
+        }
+        Ok(st)
+    }
+
+    fn sweep(&mut self) -> Result<Vec<Appended>> {
+        let due = index::due_requests(self.view.base(), self.ts.micros())?;
+        let mut out = Vec::new();
+        for rid in due {
+            let sp = self.view.savepoint();
+            let st = self.state(&rid)?;
+            match self.due_timeout(&rid, &st) {
+                Ok(Some(a)) => out.push(a),
+                Ok(None) => {}
+                Err(e) => {
+                    self.view.rollback(sp);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn interrupt(
+        &mut self,
+        req: InterruptRequest,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<Appended> {
+        let rid = req.request_id.clone();
+        if let Some(seq) = index::interrupt_seq(&*self.view, &rid)? {
+            let (stored, _) = self.stored(seq)?;
+            if !self.same_interrupt(&stored, &req) {
+                return Err(idem_conflict(format!(
+                    "request {rid:?} already has a different interrupt (seq {seq})"
+                )));
+            }
+            let st = self.state(&rid)?;
+            self.due_timeout(&rid, &st)?;
+            *sp = self.view.savepoint();
+            return self.duplicate(seq, Extra::None);
+        }
+        let policy = self.ledger.id.policy.for_tool(&req.action.tool);
+        let window = match req.review_ttl_seconds {
+            Some(t) if t > policy.review_window_seconds => {
+                return Err(Error::new(
+                    ErrorCode::ReviewTtlTooLong,
+                    format!(
+                        "review_ttl_seconds {t} exceeds the policy's review window of {} seconds for tool {:?}",
+                        policy.review_window_seconds, req.action.tool
+                    ),
+                ));
+            }
+            Some(t) => t,
+            None => policy.review_window_seconds,
+        };
+        let key = &self.ledger.id.key;
+        let red = redact(key, &rid, &req.action, &req.redact, &policy.redact)?;
+        let digest = req.action.digest(key, &rid, !red.applied.is_empty());
+        let allowed: Vec<&str> = req.allowed_decisions.iter().map(|d| d.as_str()).collect();
+        let body = obj(json!({
+            "interrupt_id": req.interrupt_id,
+            "tool": req.action.tool,
+            "args": Value::Object(red.args),
+            "redacted": red.applied,
+            "action_digest": digest,
+            "action_schema": ACTION_SCHEMA,
+            "allowed_decisions": allowed,
+            "expires_at": self.ts.plus_seconds(window).to_string(),
+            "edit_of": Value::Null,
+        }));
+        let d = Draft {
+            kind: Kind::Interrupt,
+            thread_id: req.thread_id,
+            run_id: req.run_id,
+            checkpoint_ns: req.checkpoint_ns,
+            checkpoint_id: req.checkpoint_id,
+            request_id: Some(rid),
+            body,
+        };
+        self.append(d, actor)
+    }
+
+    fn decide(
+        &mut self,
+        rid: &str,
+        req: DecisionRequest,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<Appended> {
+        let st = self.state_after_timeout(rid, sp)?;
+        if let Some(seq) = index::decision_seq(&*self.view, rid)? {
+            return self.decision_again(rid, seq, &req);
+        }
+        may_decide(st.status).map_err(|e| {
+            conflict(format!(
+                "request {rid:?} is {}; only an open request can be decided",
+                e.0.as_str()
+            ))
+        })?;
+        if !st
+            .allowed_decisions
+            .iter()
+            .any(|d| d == req.decision.as_str())
+        {
+            return Err(Error::new(
+                ErrorCode::DecisionNotAllowed,
+                format!(
+                    "\"{}\" is not among the request's allowed decisions ({})",
+                    req.decision.as_str(),
+                    st.allowed_decisions.join(", ")
+                ),
+            ));
+        }
+        let ticket = self.new_id()?;
+        let policy = &self.ledger.id.policy;
+        match req.decision {
+            DecisionKind::Approve => {
+                let ttl = policy.for_tool(&st.tool).approval_ttl_seconds;
+                let expires = self.ts.plus_seconds(ttl);
+                let body = obj(json!({
+                    "decision": "approve", "rationale": req.rationale, "ticket_id": ticket,
+                    "expires_at": expires.to_string(), "edited_digest": Value::Null, "superseded_by": Value::Null,
+                }));
+                let mut a =
+                    self.append(Draft::for_request(Kind::Decision, &st, rid, body), actor)?;
+                a.extra = Extra::Decision {
+                    ticket_id: ticket,
+                    expires_at: Some(expires),
+                };
+                Ok(a)
+            }
+            DecisionKind::Reject => {
+                let body = obj(json!({"rationale": req.rationale, "ticket_id": ticket}));
+                let mut a =
+                    self.append(Draft::for_request(Kind::Rejection, &st, rid, body), actor)?;
+                a.extra = Extra::Decision {
+                    ticket_id: ticket,
+                    expires_at: None,
+                };
+                Ok(a)
+            }
+            DecisionKind::Edit => {
+                let edited = req.edited_action.ok_or_else(|| {
+                    Error::new(ErrorCode::MissingField, "an edit needs \"edited_action\"")
+                })?;
+                self.edit(rid, &st, ticket, req.rationale, edited, actor)
+            }
+        }
+    }
+
+    /// An edit: the original's `decision` (superseded by the new request), the edited call as
+    /// a new request, and its approval, all in this batch (protocol section 7.3).
+    fn edit(
+        &mut self,
+        rid: &str,
+        st: &RequestState,
+        ticket: String,
+        rationale: Option<String>,
+        edited: Action,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        let new_rid = self.new_id()?;
+        let (args, applied, digest2) = self.edited_interrupt_parts(st, &new_rid, &edited)?;
+        let policy2 = self.ledger.id.policy.for_tool(&edited.tool);
+        let body = obj(json!({
+            "decision": "edit", "rationale": rationale, "ticket_id": ticket,
+            "expires_at": Value::Null, "edited_digest": digest2, "superseded_by": new_rid,
+        }));
+        let mut a = self.append(Draft::for_request(Kind::Decision, st, rid, body), actor)?;
+        let ibody = obj(json!({
+            "interrupt_id": st.interrupt_id,
+            "tool": edited.tool,
+            "args": Value::Object(args),
+            "redacted": applied,
+            "action_digest": digest2,
+            "action_schema": ACTION_SCHEMA,
+            "allowed_decisions": ["approve"],
+            "expires_at": self.ts.plus_seconds(policy2.review_window_seconds).to_string(),
+            "edit_of": rid,
+        }));
+        self.append(
+            Draft::for_request(Kind::Interrupt, st, &new_rid, ibody),
+            actor,
+        )?;
+        let st2 = self.state(&new_rid)?;
+        let ticket2 = self.new_id()?;
+        let expires2 = self.ts.plus_seconds(policy2.approval_ttl_seconds);
+        let dbody = obj(json!({
+            "decision": "approve", "rationale": rationale, "ticket_id": ticket2,
+            "expires_at": expires2.to_string(), "edited_digest": Value::Null, "superseded_by": Value::Null,
+        }));
+        self.append(
+            Draft::for_request(Kind::Decision, &st2, &new_rid, dbody),
+            actor,
+        )?;
+        a.extra = Extra::Edit {
+            new_request_id: new_rid,
+            ticket_id: ticket2,
+            expires_at: expires2,
+        };
+        Ok(a)
+    }
+
+    /// The stored args, applied pointers and digest of an edit's new request: every pointer
+    /// the original applied and the edited tool's policy pointers, where they resolve.
+    pub(super) fn edited_interrupt_parts(
+        &self,
+        original: &RequestState,
+        new_rid: &str,
+        edited: &Action,
+    ) -> Result<(Map<String, Value>, Vec<String>, String)> {
+        let key = &self.ledger.id.key;
+        let mut optional = original.redacted.clone();
+        optional.extend(self.ledger.id.policy.for_tool(&edited.tool).redact);
+        let red = redact(key, new_rid, edited, &[], &optional)?;
+        let keyed = !red.applied.is_empty();
+        Ok((red.args, red.applied, edited.digest(key, new_rid, keyed)))
+    }
+
+    fn authorize(
+        &mut self,
+        rid: &str,
+        req: AuthorizeRequest,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<Appended> {
+        // Section 3's order, all writing nothing: an unknown request, then a malformed ticket,
+        // then a malformed action.
+        let st = self.state(rid)?;
+        parse_ticket_id(&req.ticket_id)?;
+        let action = req.action()?;
+        let st = self.after_timeout(rid, st, sp)?;
+        let digest = action.digest(&self.ledger.id.key, rid, st.keyed());
+        // A retried attempt whose earlier evaluation was a grant gets that grant back.
+        if let Some(attempt) = &req.attempt_id
+            && let Some(seq) = index::grant_seq(&*self.view, rid, &req.ticket_id, attempt, &digest)?
+        {
+            let (prior, _) = self.stored(seq)?;
+            if prior.request_id.as_deref() == Some(rid)
+                && prior.body_str("action_digest") == Some(digest.as_str())
+            {
+                let grant = Grant {
+                    granted: true,
+                    code: None,
+                    idempotency_key: prior.body_str("idempotency_key").map(str::to_owned),
+                };
+                return self.duplicate(seq, Extra::Authorization(grant));
+            }
+        }
+        let ev = self.evaluate(rid, &st, &req.ticket_id, &digest)?;
+        let policy = &self.ledger.id.policy;
+        let mode = decide::mode(
+            policy.for_tool(&st.tool).mode,
+            policy.for_tool(&action.tool).mode,
+        );
+        let answer = decide::answer(mode, ev.denial);
+        let key = answer
+            .granted
+            .then(|| idempotency_key(&self.ledger.id.origin, rid));
+        let body = obj(json!({
+            "ticket_id": req.ticket_id,
+            "attempt_id": req.attempt_id,
+            "action_digest": digest,
+            "granted": answer.granted,
+            "code": answer.code.map(|d| d.as_str()),
+            "evaluated_at": self.ts.to_string(),
+            "expires_at": ev.expires_at.map(|e| Timestamp::from_micros(e).to_string()),
+            "idempotency_key": key,
+            "mode": mode.as_str(),
+            "would_deny": answer.would_deny.map(|d| d.as_str()),
+        }));
+        let mut d = Draft::for_request(Kind::Authorization, &st, rid, body);
+        if req.run_id.is_some() {
+            d.run_id = req.run_id;
+        }
+        if req.checkpoint_id.is_some() {
+            d.checkpoint_id = req.checkpoint_id;
+        }
+        let mut a = self.append(d, actor)?;
+        a.extra = Extra::Authorization(Grant {
+            granted: answer.granted,
+            code: answer.code.map(|d| d.as_str().to_owned()),
+            idempotency_key: key,
+        });
+        Ok(a)
+    }
+
+    /// Looks up the presented ticket's owner and decides with the pure evaluation.
+    fn evaluate(
+        &self,
+        rid: &str,
+        st: &RequestState,
+        ticket: &str,
+        digest: &str,
+    ) -> Result<decide::Evaluation> {
+        let owner_id = index::ticket_owner(&*self.view, ticket)?;
+        let owner_expiry = match owner_id.as_deref() {
+            Some(other) if other != rid => index::request(&*self.view, other)?
+                .and_then(|s| s.decision)
+                .and_then(|d| d.expires_at),
+            _ => None,
+        };
+        let owner = owner_id.as_deref().map(|request_id| TicketOwner {
+            request_id,
+            expires_at: owner_expiry,
+        });
+        decide::evaluate(rid, st, ticket, owner, digest, self.ts.micros()).map_err(|_| {
+            Error::corrupt(format!(
+                "the ticket of request {rid:?} is not its decision's (the requests index contradicts the tickets index)"
+            ))
+        })
+    }
+
+    fn revoke(
+        &mut self,
+        rid: &str,
+        req: RevokeRequest,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<Appended> {
+        let st = self.state_after_timeout(rid, sp)?;
+        if let Some(seq) = index::revocation_seq(&*self.view, rid)? {
+            let (stored, _) = self.stored(seq)?;
+            if stored.body_str("reason") != Some(req.reason.as_str()) {
+                return Err(idem_conflict(format!(
+                    "request {rid:?} was already revoked (seq {seq}) with another reason"
+                )));
+            }
+            return self.duplicate(seq, Extra::None);
+        }
+        may_revoke(st.status).map_err(|e| {
+            conflict(format!(
+                "request {rid:?} is {}; only an open or approved request can be revoked",
+                e.0.as_str()
+            ))
+        })?;
+        let body = obj(json!({"reason": req.reason}));
+        self.append(Draft::for_request(Kind::Revocation, &st, rid, body), actor)
+    }
+
+    fn follow_up(
+        &mut self,
+        rid: &str,
+        req: FollowUpRequest,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<Appended> {
+        let st = self.state_after_timeout(rid, sp)?;
+        let checkpoint_id = req
+            .checkpoint_id
+            .clone()
+            .or_else(|| st.checkpoint_id.clone());
+        let body = obj(json!({
+            "follow_up_id": req.follow_up_id,
+            "follows": hex_hash(&req.follows),
+            "outcome": req.outcome,
+            "detail": req.detail,
+            "operation_id": req.operation_id,
+        }));
+        if let Some(seq) = index::follow_up_seq(&*self.view, rid, &req.follow_up_id)? {
+            let (stored, _) = self.stored(seq)?;
+            if !super::replay::same_follow_up(&stored, &body, checkpoint_id.as_deref()) {
+                return Err(idem_conflict(format!(
+                    "follow-up {:?} of request {rid:?} is already recorded (seq {seq}) with other content",
+                    req.follow_up_id
+                )));
+            }
+            return self.duplicate(seq, Extra::None);
+        }
+        let follows_ok = match index::seq_of_hash(&*self.view, &req.follows)? {
+            None => false,
+            Some(seq) => self.stored(seq)?.0.request_id.as_deref() == Some(rid),
+        };
+        if !follows_ok {
+            return Err(Error::new(
+                ErrorCode::UnknownFollows,
+                format!(
+                    "follows {} is not a record of request {rid:?}",
+                    hex_hash(&req.follows)
+                ),
+            ));
+        }
+        let mut d = Draft::for_request(Kind::FollowUp, &st, rid, body);
+        if req.run_id.is_some() {
+            d.run_id = req.run_id;
+        }
+        d.checkpoint_id = checkpoint_id;
+        self.append(d, actor)
+    }
+
+    fn refusal(&mut self, r: Refusal, actor: &Actor) -> Result<Appended> {
+        let body = obj(json!({"method": r.method, "path": r.path, "error": r.error}));
+        if let Some(rid) = &r.request_id
+            && let Some(st) = index::request(&*self.view, rid)?
+        {
+            // A due timeout is recorded before any operation that names an overdue request.
+            self.due_timeout(rid, &st)?;
+            return self.append(Draft::for_request(Kind::Refusal, &st, rid, body), actor);
+        }
+        let thread = match &r.thread_id {
+            Some(t) if index::thread_head(&*self.view, t)?.is_some() => t.clone(),
+            _ => REFUSALS_THREAD.to_string(),
+        };
+        let d = Draft {
+            kind: Kind::Refusal,
+            thread_id: thread,
+            run_id: None,
+            checkpoint_ns: String::new(),
+            checkpoint_id: None,
+            request_id: None,
+            body,
+        };
+        self.append(d, actor)
+    }
+}

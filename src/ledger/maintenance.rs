@@ -1,0 +1,98 @@
+//! `reindex`: rebuilds every derived keyspace from the records, after checking them all.
+
+use super::Ledger;
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::merkle;
+use crate::format::record::Record;
+use crate::index::{self, View};
+use crate::storage::{Changes, Durability, Keyspace};
+use crate::verify::ChainCheck;
+
+/// Records per commit of a rebuild (bounds its memory).
+const CHUNK: u64 = 10_000;
+
+impl Ledger {
+    /// Rebuilds every derived index from the records. First checks every record and every
+    /// stored checkpoint, changing nothing: the keys are gapless, each leaf is a canonical
+    /// record with its own `seq`, the chains hold, every checkpoint is signed by this ledger's
+    /// key and matches the records' tree, the latest covers every record (every batch signs
+    /// its own, so a record beyond it was not committed by the ledger), and the records obey
+    /// the approval rules. Any failure refuses the whole rebuild, naming the seq and why; a
+    /// refused `reindex` writes nothing. It never signs a checkpoint.
+    ///
+    /// The rebuild itself is several commits (memory stays bounded); one interrupted half-way
+    /// leaves a head that contradicts the records, which the ledger refuses to write on until
+    /// `reindex` has run again.
+    ///
+    /// # Errors
+    /// `corrupt_store` naming the first problem; storage errors.
+    pub fn reindex(&self) -> Result<u64> {
+        if let Some(e) = self
+            .write_refusal()
+            .filter(|e| e.code() == ErrorCode::Unwritable)
+        {
+            return Err(e);
+        }
+        {
+            let snap = self.engine.snapshot()?;
+            let checkpoints = index::checkpoints(&*snap)?;
+            let mut check = ChainCheck::new(&self.id.origin, &self.verifier(), &checkpoints);
+            let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
+            let mut iter = index::records(&*snap);
+            loop {
+                chunk.clear();
+                for item in iter.by_ref().take(4096) {
+                    chunk.push(item?);
+                }
+                if chunk.is_empty() {
+                    break;
+                }
+                check.feed(&chunk);
+            }
+            if let Some(p) = check.finish().into_iter().next() {
+                let at = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
+                return Err(Error::corrupt(format!(
+                    "reindex refused, nothing was changed: {}{at}: {}",
+                    p.code, p.message
+                )));
+            }
+        }
+        // Every record and checkpoint is the ledger's own: rebuild.
+        let mut clear = Changes::new();
+        for ks in Keyspace::DERIVED {
+            clear.clear(ks);
+        }
+        self.engine
+            .begin_write()?
+            .commit(clear, Durability::Buffered)?;
+        let snap = self.engine.snapshot()?;
+        let mut records = index::records(&*snap);
+        let mut n = 0u64;
+        loop {
+            let txn = self.engine.begin_write()?;
+            let changes = {
+                let mut view = View::new(&*txn);
+                for item in records.by_ref().take(CHUNK as usize) {
+                    let (_, leaf) = item?;
+                    let r = Record::from_leaf(&leaf)
+                        .map_err(|e| Error::corrupt(format!("record {n}: {e}")))?;
+                    index::apply(&mut view, n, &merkle::leaf_hash(&leaf), &r)?;
+                    n += 1;
+                }
+                view.take()
+            };
+            let done = changes.is_empty() || !n.is_multiple_of(CHUNK);
+            txn.commit(
+                changes,
+                if done {
+                    Durability::Synced
+                } else {
+                    Durability::Buffered
+                },
+            )?;
+            if done {
+                return Ok(n);
+            }
+        }
+    }
+}

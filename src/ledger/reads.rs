@@ -1,0 +1,220 @@
+//! Reads, as typed values (their JSON is in [`crate::wire`]). A read never writes: a request
+//! whose timeout is due is reported as such, and the caller submits the timeout through the
+//! writer first ([`Ledger::request_after_timeout`], or the server's queue).
+
+use super::Ledger;
+use super::gate::not_found;
+use super::op::{Op, ThreadPage};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::format::merkle::Hash;
+use crate::format::note::Checkpoint;
+use crate::format::record::{Actor, Record};
+use crate::index::{self, Head};
+use crate::model::state::{RequestState, Status};
+
+/// A request and every record naming it, in `seq` order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestView {
+    /// The request id.
+    pub request_id: String,
+    /// Its state.
+    pub state: RequestState,
+    /// Every record naming it.
+    pub records: Vec<Record>,
+}
+
+/// One request that needs an answer now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingItem {
+    /// The request id.
+    pub request_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    /// The tool of its action.
+    pub tool: String,
+    /// Its review deadline.
+    pub expires_at: Timestamp,
+    /// The seq of its interrupt.
+    pub seq: u64,
+}
+
+/// The most leaf bytes one page of a thread holds before it is cut (with `next_after`).
+pub const PAGE_BYTES: usize = 16 << 20;
+
+impl Ledger {
+    /// The head: size, last hash, last ts.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn head(&self) -> Result<Head> {
+        index::head(&*self.engine.snapshot()?)
+    }
+
+    /// The record at `seq`, with its leaf hash.
+    ///
+    /// # Errors
+    /// `corrupt_store` when the stored leaf does not parse; storage errors.
+    pub fn record(&self, seq: u64) -> Result<Option<(Record, Hash)>> {
+        let snap = self.engine.snapshot()?;
+        match index::leaf(&*snap, seq)? {
+            None => Ok(None),
+            Some(_) => index::record(&*snap, seq).map(Some),
+        }
+    }
+
+    /// The leaf bytes at `seq`.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn leaf(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        index::leaf(&*self.engine.snapshot()?, seq)
+    }
+
+    /// A request's derived state.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn request_state(&self, request_id: &str) -> Result<Option<RequestState>> {
+        index::request(&*self.engine.snapshot()?, request_id)
+    }
+
+    /// A request and its records, read from one snapshot. Writes nothing, also when the
+    /// request's timeout is due ([`RequestState::timeout_due`] tells).
+    ///
+    /// # Errors
+    /// `request_not_found`; storage errors.
+    pub fn request_view(&self, request_id: &str) -> Result<RequestView> {
+        let snap = self.engine.snapshot()?;
+        let state = index::request(&*snap, request_id)?.ok_or_else(|| not_found(request_id))?;
+        let records = index::request_record_seqs(&*snap, request_id)?
+            .into_iter()
+            .map(|seq| index::record(&*snap, seq).map(|(r, _)| r))
+            .collect::<Result<_>>()?;
+        Ok(RequestView {
+            request_id: request_id.to_string(),
+            state,
+            records,
+        })
+    }
+
+    /// A request and its records, recording its due timeout first through the writer (the
+    /// library's and the command line's path; the server submits the timeout to its queue).
+    ///
+    /// # Errors
+    /// `request_not_found`; storage errors.
+    pub fn request_after_timeout(&self, request_id: &str) -> Result<RequestView> {
+        let view = self.request_view(request_id)?;
+        if !view.state.timeout_due(self.now().micros()) {
+            return Ok(view);
+        }
+        self.execute_one(Op::Timeout(request_id.into()), &Actor::system())?;
+        self.request_view(request_id)
+    }
+
+    /// What needs an answer now: open requests whose review deadline has not passed, in
+    /// ascending seq of their interrupts.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn pending(&self) -> Result<Vec<PendingItem>> {
+        let now = self.now().micros();
+        let snap = self.engine.snapshot()?;
+        let mut out = Vec::new();
+        for (seq, rid) in index::open_requests(&*snap)? {
+            let st = index::request(&*snap, &rid)?
+                .ok_or_else(|| Error::corrupt(format!("pending names unknown request {rid:?}")))?;
+            if st.status != Status::Open || now >= st.review_expires_at {
+                continue;
+            }
+            out.push(PendingItem {
+                request_id: rid,
+                thread_id: st.thread_id,
+                tool: st.tool,
+                expires_at: Timestamp::from_micros(st.review_expires_at),
+                seq,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A thread's records in thread order, after `after` (a thread_seq), at most `limit`, and
+    /// at most [`PAGE_BYTES`] of leaves; with the `thread_seq` to continue after when cut.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn thread_records(
+        &self,
+        thread_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<ThreadPage> {
+        let from = match after {
+            Some(a) => match a.checked_add(1) {
+                Some(n) => n,
+                None => return Ok((Vec::new(), None)),
+            },
+            None => 0,
+        };
+        let snap = self.engine.snapshot()?;
+        let mut out: Vec<(Record, Hash, Vec<u8>)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut next = None;
+        for item in index::thread_seqs(&*snap, thread_id, from) {
+            let (_, seq) = item?;
+            if out.len() >= limit || bytes > PAGE_BYTES {
+                next = out.last().map(|(r, _, _)| r.thread_seq);
+                break;
+            }
+            let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
+                Error::corrupt(format!("thread index names missing record {seq}"))
+            })?;
+            let r = Record::from_leaf(&leaf)
+                .map_err(|e| Error::corrupt(format!("record {seq}: {e}")))?;
+            bytes += leaf.len();
+            out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
+        }
+        Ok((out, next))
+    }
+
+    /// The thread's head (record count, last leaf hash), if the thread exists.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn thread_head(&self, thread_id: &str) -> Result<Option<(u64, Hash)>> {
+        index::thread_head(&*self.engine.snapshot()?, thread_id)
+    }
+
+    /// The latest signed checkpoint, parsed, with its note. It covers every acknowledged
+    /// append: each batch signs one in its own atomic write.
+    ///
+    /// # Errors
+    /// `corrupt_store` when none is stored or it does not verify; storage errors.
+    pub fn latest_checkpoint(&self) -> Result<(Checkpoint, String)> {
+        let snap = self.engine.snapshot()?;
+        let (_, note) = index::latest_checkpoint(&*snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        let note =
+            String::from_utf8(note).map_err(|_| Error::corrupt("checkpoint is not UTF-8"))?;
+        let cp = self
+            .latest_checkpoint_in(&*snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        Ok((cp, note))
+    }
+
+    /// The latest signed checkpoint note.
+    ///
+    /// # Errors
+    /// As [`Ledger::latest_checkpoint`].
+    pub fn checkpoint(&self) -> Result<String> {
+        Ok(self.latest_checkpoint()?.1)
+    }
+
+    /// Every stored checkpoint: (key bytes, note bytes).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn checkpoints(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        index::checkpoints(&*self.engine.snapshot()?)
+    }
+}

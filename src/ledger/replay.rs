@@ -1,0 +1,157 @@
+//! Replays (protocol section 8): whether an append sent again is the one already stored. "The
+//! same" compares the request after defaults are filled and lists sorted, as canonical JSON,
+//! with an omitted optional field compared as its default, ignoring the actor and `run_id`.
+
+use serde_json::{Map, Value, json};
+
+use super::gate::{conflict, idem_conflict};
+use super::op::{Appended, Extra};
+use super::sequencer::Batch;
+use crate::clock::Timestamp;
+use crate::codec::ct_eq;
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::jcs;
+use crate::format::record::{Kind, Record};
+use crate::model::request::{DecisionKind, DecisionRequest, InterruptRequest};
+
+/// Whether a follow-up's body and checkpoint are the stored one's, compared as canonical JSON
+/// (so `25.0` and `25` are the same number).
+pub(super) fn same_follow_up(
+    stored: &Record,
+    body: &Map<String, Value>,
+    checkpoint_id: Option<&str>,
+) -> bool {
+    jcs::to_vec(&Value::Object(stored.body.clone())) == jcs::to_vec(&Value::Object(body.clone()))
+        && stored.checkpoint_id.as_deref() == checkpoint_id
+}
+
+impl Batch<'_, '_, '_> {
+    /// Whether `req` is the request that wrote `stored`. The action is compared through the
+    /// stored digest's form, so redacted values are checked without being stored.
+    ///
+    /// An omitted optional field compares as its default. The record holds the window and the
+    /// applied pointers, not which of them the request named, so: a request that names a
+    /// window must name the recorded one; one that omits it must not replay a window shorter
+    /// than the tool's (the original named it). Every pointer the replay names must have been
+    /// applied, and an applied pointer the replay does not name must be one the policy applies
+    /// by itself.
+    pub(super) fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> bool {
+        let stored_digest = stored.body_str("action_digest").unwrap_or_default();
+        let keyed = stored_digest.starts_with(crate::model::action::HMAC_PREFIX);
+        let digest = req
+            .action
+            .digest(&self.ledger.id.key, &req.request_id, keyed);
+        let applied: Vec<&str> = stored
+            .body
+            .get("redacted")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let allowed: Vec<Value> = req
+            .allowed_decisions
+            .iter()
+            .map(|d| json!(d.as_str()))
+            .collect();
+        let policy = self.ledger.id.policy.for_tool(&req.action.tool);
+        let secs = |t: u64| {
+            i64::try_from(t)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000)
+        };
+        let stored_window = stored
+            .body_ts("expires_at")
+            .map(|e| e.micros() - stored.ts.micros());
+        let window_ok = match (req.review_ttl_seconds, stored_window) {
+            (_, None) => false,
+            (Some(t), Some(w)) => w == secs(t),
+            (None, Some(w)) => w >= secs(policy.review_window_seconds),
+        };
+        let pointers_ok = applied
+            .iter()
+            .all(|p| req.redact.iter().any(|r| r == p) || policy.redact.iter().any(|r| r == p));
+        stored.thread_id == req.thread_id
+            && stored.checkpoint_ns == req.checkpoint_ns
+            && stored.checkpoint_id == req.checkpoint_id
+            && stored.body_str("interrupt_id") == Some(req.interrupt_id.as_str())
+            && stored.body_str("tool") == Some(req.action.tool.as_str())
+            && stored.body.get("edit_of").is_none_or(Value::is_null)
+            && ct_eq(&digest, stored_digest)
+            && req.redact.iter().all(|p| applied.contains(&p.as_str()))
+            && pointers_ok
+            && stored.body.get("allowed_decisions") == Some(&Value::Array(allowed))
+            && window_ok
+    }
+
+    /// A decision sent again: the same one is a duplicate; another value is a conflict; the
+    /// same value with other content is an idempotency conflict.
+    pub(super) fn decision_again(
+        &self,
+        rid: &str,
+        seq: u64,
+        req: &DecisionRequest,
+    ) -> Result<Appended> {
+        let (stored, _) = self.stored(seq)?;
+        let stored_value = if stored.kind == Kind::Rejection {
+            "reject"
+        } else {
+            stored.body_str("decision").unwrap_or_default()
+        };
+        if stored_value != req.decision.as_str() {
+            return Err(conflict(format!(
+                "request {rid:?} was already decided ({stored_value}, seq {seq})"
+            )));
+        }
+        let stored_rationale = stored.body_str("rationale").map(str::to_owned);
+        if stored_rationale != req.rationale {
+            return Err(idem_conflict(format!(
+                "request {rid:?} was already decided ({stored_value}, seq {seq}) with another rationale"
+            )));
+        }
+        let ticket_id = stored.body_str("ticket_id").unwrap_or_default().to_string();
+        match req.decision {
+            DecisionKind::Approve => self.duplicate(
+                seq,
+                Extra::Decision {
+                    ticket_id,
+                    expires_at: stored.body_ts("expires_at"),
+                },
+            ),
+            DecisionKind::Reject => self.duplicate(
+                seq,
+                Extra::Decision {
+                    ticket_id,
+                    expires_at: None,
+                },
+            ),
+            DecisionKind::Edit => {
+                let new_rid = stored
+                    .body_str("superseded_by")
+                    .unwrap_or_default()
+                    .to_string();
+                let edited = req.edited_action.as_ref().ok_or_else(|| {
+                    Error::new(ErrorCode::MissingField, "an edit needs \"edited_action\"")
+                })?;
+                // Compared in the form the new request's digest was stored in, whatever the
+                // policy says now.
+                let st2 = self.state(&new_rid)?;
+                let digest2 = edited.digest(&self.ledger.id.key, &new_rid, st2.keyed());
+                if stored.body_str("edited_digest") != Some(digest2.as_str()) {
+                    return Err(idem_conflict(format!(
+                        "request {rid:?} was already edited (seq {seq}) into another action"
+                    )));
+                }
+                let d2 = st2
+                    .decision
+                    .ok_or_else(|| Error::corrupt("an edit's new request has no approval"))?;
+                self.duplicate(
+                    seq,
+                    Extra::Edit {
+                        new_request_id: new_rid,
+                        ticket_id: d2.ticket_id,
+                        expires_at: Timestamp::from_micros(d2.expires_at.unwrap_or_default()),
+                    },
+                )
+            }
+        }
+    }
+}

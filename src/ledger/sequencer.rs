@@ -1,0 +1,365 @@
+//! The sequencer: the mechanics of a batch, apart from its rules. It takes the engine's one
+//! write transaction, fixes the batch time, runs each operation through the gate (an
+//! operation that fails is rolled back to its savepoint and writes nothing), signs the one
+//! checkpoint of the batch (the only place the ledger signs a checkpoint), commits durably,
+//! re-runs the whole batch when the engine answers `Retry`, and marks the ledger unwritable
+//! when a commit fails with an unknown outcome.
+
+use serde_json::{Map, Value};
+
+use super::op::{Appended, Extra, Op, Outcome};
+use super::{Identity, Ledger};
+use crate::clock::Timestamp;
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::merkle::{self, Hash};
+use crate::format::note::Checkpoint;
+use crate::format::record::{Actor, Kind, Record, ZERO_HASH};
+use crate::index::{self, View};
+use crate::model::state::RequestState;
+use crate::storage::{Changes, Durability, Engine, StorageError};
+
+/// How many times a batch is re-run after the engine answered `Retry` before it fails.
+const MAX_RETRIES: usize = 16;
+
+/// Signs and stores the size-0 checkpoint of an empty engine (`init`).
+///
+/// # Errors
+/// Storage errors.
+pub(super) fn sign_empty(engine: &dyn Engine, id: &Identity) -> Result<String> {
+    let note = sign(id, 0, merkle::empty_root())?;
+    let txn = engine.begin_write()?;
+    let mut changes = Changes::new();
+    changes.put(
+        crate::storage::Keyspace::Checkpoints,
+        crate::codec::be(0).to_vec(),
+        note.clone().into_bytes(),
+    );
+    txn.commit(changes, Durability::Synced)?;
+    Ok(note)
+}
+
+/// The one checkpoint-signing path: the C2SP checkpoint of the tree of `size` records with
+/// `root`, signed with the ledger's key.
+fn sign(id: &Identity, size: u64, root: Hash) -> Result<String> {
+    let cp = Checkpoint {
+        origin: id.origin.clone(),
+        size,
+        root,
+    };
+    id.signer
+        .sign(&cp.body())
+        .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))
+}
+
+/// One batch being staged: the ledger, the staged writes over the write transaction, the
+/// batch time every record of it carries.
+pub(super) struct Batch<'l, 'v, 's> {
+    pub(super) ledger: &'l Ledger,
+    pub(super) view: &'v mut View<'s>,
+    pub(super) ts: Timestamp,
+    appended: u64,
+}
+
+/// The envelope of a record about to be appended (seq, prev, thread position and ts are
+/// filled in by [`Batch::append`]).
+pub(super) struct Draft {
+    pub(super) kind: Kind,
+    pub(super) thread_id: String,
+    pub(super) run_id: Option<String>,
+    pub(super) checkpoint_ns: String,
+    pub(super) checkpoint_id: Option<String>,
+    pub(super) request_id: Option<String>,
+    pub(super) body: Map<String, Value>,
+}
+
+impl Draft {
+    /// A record of request `rid`, inheriting the interrupt's thread, namespace, run and
+    /// checkpoint.
+    pub(super) fn for_request(
+        kind: Kind,
+        st: &RequestState,
+        rid: &str,
+        body: Map<String, Value>,
+    ) -> Draft {
+        Draft {
+            kind,
+            thread_id: st.thread_id.clone(),
+            run_id: st.run_id.clone(),
+            checkpoint_ns: st.checkpoint_ns.clone(),
+            checkpoint_id: st.checkpoint_id.clone(),
+            request_id: Some(rid.to_string()),
+            body,
+        }
+    }
+}
+
+impl Batch<'_, '_, '_> {
+    /// Appends a record: fills seq, prev, ts and the thread chain, stages the leaf and applies
+    /// it to every index.
+    pub(super) fn append(&mut self, d: Draft, actor: &Actor) -> Result<Appended> {
+        let head = index::head(&*self.view)?;
+        let (thread_seq, thread_prev) =
+            index::thread_head(&*self.view, &d.thread_id)?.unwrap_or((0, ZERO_HASH));
+        let record = Record {
+            origin: self.ledger.id.origin.clone(),
+            seq: head.size,
+            prev: if head.size == 0 {
+                ZERO_HASH
+            } else {
+                head.last_hash
+            },
+            ts: self.ts,
+            kind: d.kind,
+            thread_id: d.thread_id,
+            run_id: d.run_id,
+            checkpoint_ns: d.checkpoint_ns,
+            checkpoint_id: d.checkpoint_id,
+            request_id: d.request_id,
+            thread_seq,
+            thread_prev,
+            actor: actor.clone(),
+            body: d.body,
+        };
+        let leaf = record.leaf()?;
+        // The ledger never writes a leaf that it could not read back itself: whatever a body
+        // held, the stored bytes must parse, be canonical and carry a complete envelope.
+        if let Err(e) = Record::from_leaf(&leaf) {
+            return Err(Error::new(
+                ErrorCode::Internal,
+                format!(
+                    "refused to write a {} record that would not read back ({e}); nothing was written",
+                    record.kind.as_str()
+                ),
+            ));
+        }
+        let hash = merkle::leaf_hash(&leaf);
+        index::put_leaf(self.view, record.seq, leaf);
+        index::apply(self.view, record.seq, &hash, &record)?;
+        self.appended += 1;
+        Ok(Appended {
+            seq: record.seq,
+            record,
+            leaf_hash: hash,
+            duplicate: false,
+            extra: Extra::None,
+        })
+    }
+
+    /// The stored record at `seq` (staged ones included).
+    pub(super) fn stored(&self, seq: u64) -> Result<(Record, Hash)> {
+        index::record(&*self.view, seq)
+    }
+
+    /// The answer for a record already stored: a duplicate, nothing written.
+    pub(super) fn duplicate(&self, seq: u64, extra: Extra) -> Result<Appended> {
+        let (record, leaf_hash) = self.stored(seq)?;
+        Ok(Appended {
+            record,
+            leaf_hash,
+            seq,
+            duplicate: true,
+            extra,
+        })
+    }
+
+    /// Stages this batch's signed checkpoint, over every record the batch leaves.
+    fn sign_checkpoint(&mut self) -> Result<()> {
+        let head = index::head(&*self.view)?;
+        let root = merkle::root(&*self.view, head.size)
+            .map_err(|e| Error::corrupt(format!("tree root: {e}")))?;
+        let note = sign(&self.ledger.id, head.size, root)?;
+        index::put_checkpoint(self.view, head.size, note.into_bytes());
+        Ok(())
+    }
+}
+
+impl Ledger {
+    /// Runs a batch of operations as one atomic commit with one sync and one signed
+    /// checkpoint. Each operation succeeds or fails on its own; a failed operation writes
+    /// nothing (except a due timeout it recorded first). If the commit fails, every
+    /// operation fails and nothing is acknowledged.
+    pub fn execute(&self, ops: Vec<(Op, Actor)>) -> Vec<Result<Outcome>> {
+        let fail_all = |e: Error| ops.iter().map(|_| Err(e.clone())).collect();
+        if let Some(e) = self.write_refusal() {
+            return fail_all(e);
+        }
+        for _ in 0..MAX_RETRIES {
+            match self.try_batch(&ops) {
+                Ok(results) => return results,
+                Err(BatchError::Retry) => continue,
+                Err(BatchError::Failed(e)) => return fail_all(e),
+            }
+        }
+        fail_all(Error::new(
+            ErrorCode::Storage,
+            format!("the storage engine asked to re-run the batch {MAX_RETRIES} times"),
+        ))
+    }
+
+    fn try_batch(&self, ops: &[(Op, Actor)]) -> Result<Vec<Result<Outcome>>, BatchError> {
+        let txn = self
+            .engine
+            .begin_write()
+            .map_err(BatchError::from_storage)?;
+        let engine_now = txn.now().map_err(BatchError::from_storage)?;
+        let (results, appended, changes) = {
+            let mut view = View::new(&*txn);
+            let head = index::head(&view).map_err(BatchError::Failed)?;
+            let now = engine_now.unwrap_or_else(|| self.id.clock.now());
+            let ts = Timestamp::from_micros(now.micros().max(head.last_ts));
+            let mut batch = Batch {
+                ledger: self,
+                view: &mut view,
+                ts,
+                appended: 0,
+            };
+            let mut results = Vec::with_capacity(ops.len());
+            for (op, actor) in ops {
+                let mut sp = batch.view.savepoint();
+                let r = batch.run(op.clone(), actor, &mut sp);
+                if r.is_err() {
+                    batch.view.rollback(sp);
+                }
+                results.push(r);
+            }
+            if batch.view.is_empty() {
+                return Ok(results);
+            }
+            batch.sign_checkpoint().map_err(BatchError::Failed)?;
+            let appended = batch.appended;
+            (results, appended, view.take())
+        };
+        let started = std::time::Instant::now();
+        match txn.commit(changes, Durability::Synced) {
+            Ok(()) => {
+                self.metrics
+                    .record_batch(appended, started.elapsed().as_micros() as u64);
+                for r in results.iter().flatten() {
+                    self.metrics.record_outcome(r);
+                }
+                Ok(results)
+            }
+            Err(StorageError::Retry(_)) => Err(BatchError::Retry),
+            Err(e @ StorageError::AppendOnly { .. }) => Err(BatchError::Failed(e.into())),
+            Err(e) => {
+                // The batch may or may not be durable (a failed sync can leave it on disk):
+                // accept nothing more until the store is reopened and its head checked.
+                let e = Error::from(e);
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(e.message().to_string());
+                tracing::error!(error = %e, "a commit failed; refusing writes until restarted");
+                Err(BatchError::Failed(e))
+            }
+        }
+    }
+
+    /// Runs one operation in its own batch.
+    ///
+    /// # Errors
+    /// The operation's error.
+    pub fn execute_one(&self, op: Op, actor: &Actor) -> Result<Outcome> {
+        self.execute(vec![(op, actor.clone())])
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorCode::Internal, "no result")))
+    }
+
+    fn one(&self, op: Op, actor: &Actor) -> Result<Appended> {
+        self.execute_one(op, actor)?
+            .appended()
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "expected one record"))
+    }
+
+    /// Appends an interrupt.
+    ///
+    /// # Errors
+    /// Validation codes, `idempotency_conflict`, `review_ttl_too_long`, `record_too_large`,
+    /// storage errors.
+    pub fn interrupt(
+        &self,
+        req: crate::model::request::InterruptRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::Interrupt(req), actor)
+    }
+
+    /// Approves, edits or rejects a request.
+    ///
+    /// # Errors
+    /// `request_not_found`, `decision_not_allowed`, `conflict`, `idempotency_conflict`.
+    pub fn decide(
+        &self,
+        request_id: &str,
+        req: crate::model::request::DecisionRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::Decide(request_id.into(), req), actor)
+    }
+
+    /// The gate: evaluates and records an authorization.
+    ///
+    /// # Errors
+    /// `request_not_found`, `invalid_ticket_id`, `invalid_action`; storage errors. A denial is
+    /// not an error: it is an answer with `granted: false`.
+    pub fn authorize(
+        &self,
+        request_id: &str,
+        req: crate::model::request::AuthorizeRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::Authorize(request_id.into(), req), actor)
+    }
+
+    /// Revokes a request.
+    ///
+    /// # Errors
+    /// `request_not_found`, `conflict`, `idempotency_conflict`.
+    pub fn revoke(
+        &self,
+        request_id: &str,
+        req: crate::model::request::RevokeRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::Revoke(request_id.into(), req), actor)
+    }
+
+    /// Appends a follow-up.
+    ///
+    /// # Errors
+    /// `request_not_found`, `unknown_follows`, `idempotency_conflict`.
+    pub fn follow_up(
+        &self,
+        request_id: &str,
+        req: crate::model::request::FollowUpRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::FollowUp(request_id.into(), req), actor)
+    }
+
+    /// Records every timeout that is due; returns them.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn sweep(&self) -> Result<Vec<Appended>> {
+        match self.execute_one(Op::Sweep, &Actor::system())? {
+            Outcome::Swept(v) => Ok(v),
+            Outcome::Appended(a) => Ok(vec![*a]),
+        }
+    }
+}
+
+/// Why a batch did not commit.
+enum BatchError {
+    /// The engine asked for a re-run; nothing was applied.
+    Retry,
+    /// The batch failed; every operation gets this error.
+    Failed(Error),
+}
+
+impl BatchError {
+    fn from_storage(e: StorageError) -> BatchError {
+        match e {
+            StorageError::Retry(_) => BatchError::Retry,
+            e => BatchError::Failed(e.into()),
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The handlers: authentication before everything, the append-only refusal, then one handler
+//! per route.
+
+use super::body::read_json_body;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::routes::{Route, bearer, match_route, query_params, query_u64, segments};
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::record::{Actor, check_id};
+use crate::ledger::{Ledger, Op, Outcome, Refusal};
+use crate::server::tokens::{Role, TokenEntry};
+use crate::wire;
+
+fn json_response(status: u16, v: &Value) -> Response {
+    let mut r = Response::new(Body::from(v.to_string()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn error_response(e: &Error, allow: Option<&str>) -> Response {
+    let mut r = json_response(e.code().http_status(), &e.to_json());
+    if e.code() == ErrorCode::Overloaded {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let Some(a) = allow.and_then(|a| HeaderValue::from_str(a).ok()) {
+        r.headers_mut().insert(header::ALLOW, a);
+    }
+    r
+}
+
+fn text_response(s: String) -> Response {
+    let mut r = Response::new(Body::from(s));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+pub(super) async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let started = std::time::Instant::now();
+    let response = route(&st, req).await;
+    tracing::info!(
+        method = %method,
+        path = %path,
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+async fn route(st: &Arc<AppState>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    if path == "/healthz" {
+        return if req.method() == Method::GET || req.method() == Method::HEAD {
+            match st.ledger.write_refusal() {
+                None => json_response(200, &json!({"ok": true})),
+                // Alive, serving reads, but accepting no write: a load balancer should send
+                // writes elsewhere.
+                Some(e) => json_response(
+                    503,
+                    &json!({"ok": false, "error": e.code().as_str(), "message": e.message()}),
+                ),
+            }
+        } else {
+            error_response(
+                &Error::new(ErrorCode::MethodNotAllowed, "/healthz answers GET"),
+                Some("GET"),
+            )
+        };
+    }
+    let Some(entry) = bearer(req.headers()).and_then(|t| st.authenticate(t)) else {
+        return error_response(
+            &Error::new(
+                ErrorCode::Unauthenticated,
+                "a valid bearer token is required (Authorization: Bearer <token>)",
+            ),
+            None,
+        );
+    };
+    let actor = Actor {
+        principal: entry.principal.clone(),
+        role: entry.role.as_str().to_string(),
+    };
+    let segs = segments(&path);
+    let matched = match_route(&segs);
+    let method = req.method().clone();
+    // Decided on the decoded path, so `/%76%31/...` is the same `/v1/...` for the append-only rule.
+    let is_v1 = segs.first().is_some_and(|s| s.as_deref() == Some("v1"));
+    if is_v1 && (method == Method::PUT || method == Method::PATCH || method == Method::DELETE) {
+        let allow = matched.as_ref().map_or("GET, POST", Route::allow);
+        return refuse_write(st, &method, &path, &segs, actor, allow).await;
+    }
+    let Some(route) = matched else {
+        return error_response(
+            &Error::new(ErrorCode::NotFound, format!("no route {path}")),
+            None,
+        );
+    };
+    let expected = if route.allow() == "POST" {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    if method != expected && !(expected == Method::GET && method == Method::HEAD) {
+        return error_response(
+            &Error::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{path} answers {}", route.allow()),
+            ),
+            Some(route.allow()),
+        );
+    }
+    if entry.role != Role::Admin && !route.roles().contains(&entry.role) {
+        return error_response(
+            &Error::new(
+                ErrorCode::Forbidden,
+                format!("the role {} may not use {path}", entry.role.as_str()),
+            ),
+            None,
+        );
+    }
+    let result = dispatch(st, route, req, &entry, actor).await;
+    match result {
+        Ok(r) => r,
+        Err(e) => {
+            if e.code().http_status() >= 500 {
+                tracing::error!(code = e.code().as_str(), "request failed: {}", e.message());
+            }
+            error_response(&e, None)
+        }
+    }
+}
+
+async fn refuse_write(
+    st: &Arc<AppState>,
+    method: &Method,
+    path: &str,
+    segs: &[Option<String>],
+    actor: Actor,
+    allow: &str,
+) -> Response {
+    let valid = |i: usize| {
+        segs.get(i)
+            .cloned()
+            .flatten()
+            .filter(|s| crate::format::record::is_valid_id(s))
+    };
+    let (request_id, thread_id) = match segs.get(1).cloned().flatten().as_deref() {
+        Some("requests") => (valid(2), None),
+        Some("threads") => (None, valid(2)),
+        _ => (None, None),
+    };
+    let refusal = Refusal {
+        method: method.as_str().to_string(),
+        path: path.chars().take(2048).collect(),
+        error: ErrorCode::AppendOnly.as_str().to_string(),
+        request_id,
+        thread_id,
+    };
+    let err = Error::new(
+        ErrorCode::AppendOnly,
+        format!("the ledger is append-only: {method} is refused, and the attempt is recorded"),
+    );
+    if let Err(e) = submit(st, Op::Refusal(refusal), actor).await {
+        tracing::error!(error = %e, "could not record a refusal");
+        return error_response(&e, None);
+    }
+    error_response(&err, Some(allow))
+}
+
+async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    st.committer.submit(
+        op,
+        actor,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    )?;
+    rx.await
+        .unwrap_or_else(|_| Err(Error::new(ErrorCode::Internal, "the writer stopped")))
+}
+
+fn path_id(field: &str, id: &str) -> Result<()> {
+    check_id(field, id)
+}
+
+fn appended_response(o: Outcome) -> Response {
+    match o {
+        Outcome::Appended(a) => json_response(a.http_status(), &a.to_json()),
+        Outcome::Swept(v) => json_response(
+            200,
+            &json!({"timeouts": v.iter().map(|a| a.to_json()).collect::<Vec<_>>()}),
+        ),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    st: &Arc<AppState>,
+    f: impl FnOnce(&Ledger) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let ledger = Arc::clone(&st.ledger);
+    tokio::task::spawn_blocking(move || f(&ledger))
+        .await
+        .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?
+}
+
+async fn dispatch(
+    st: &Arc<AppState>,
+    route: Route,
+    req: Request,
+    _entry: &TokenEntry,
+    actor: Actor,
+) -> Result<Response> {
+    let params = query_params(req.uri().query());
+    match route {
+        Route::Interrupts => {
+            let (body, _in_flight) = read_json_body(st, req).await?;
+            let op = Op::from_body("interrupt", None, body)?;
+            Ok(appended_response(submit(st, op, actor).await?))
+        }
+        Route::Decision(rid)
+        | Route::Authorize(rid)
+        | Route::Revoke(rid)
+        | Route::FollowUps(rid)
+            if check_id("request_id", &rid).is_err() =>
+        {
+            path_id("request_id", &rid).map(|_| Response::default())
+        }
+        Route::Decision(rid) => write_route(st, "decision", rid, req, actor).await,
+        Route::Authorize(rid) => write_route(st, "authorize", rid, req, actor).await,
+        Route::Revoke(rid) => write_route(st, "revoke", rid, req, actor).await,
+        Route::FollowUps(rid) => write_route(st, "follow_up", rid, req, actor).await,
+        Route::Request(rid) => {
+            path_id("request_id", &rid)?;
+            let id = rid.clone();
+            let mut v = blocking(st, move |l| l.request_view(&id)).await?;
+            // A read never writes: a due timeout goes through the writer's queue first.
+            if v.state.timeout_due(st.ledger.now().micros()) {
+                submit(st, Op::Timeout(rid.clone()), Actor::system()).await?;
+                v = blocking(st, move |l| l.request_view(&rid)).await?;
+            }
+            Ok(json_response(200, &wire::request(&v)))
+        }
+        Route::Pending => Ok(json_response(
+            200,
+            &wire::pending(&blocking(st, |l| l.pending()).await?),
+        )),
+        Route::ThreadRecords(tid) => {
+            path_id("thread_id", &tid)?;
+            let after = query_u64(&params, "after")?;
+            let limit = query_u64(&params, "limit")?.unwrap_or(10_000);
+            if !(1..=10_000).contains(&limit) {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "limit is from 1 to 10000",
+                ));
+            }
+            let page = blocking(st, move |l| l.thread_records(&tid, after, limit as usize)).await?;
+            Ok(json_response(200, &wire::thread_page(&page)))
+        }
+        Route::ThreadExport(tid) => {
+            path_id("thread_id", &tid)?;
+            let bundle = blocking(st, move |l| l.export(&tid)).await?;
+            Ok(json_response(200, &bundle.to_value()))
+        }
+        Route::Checkpoint => Ok(text_response(blocking(st, |l| l.checkpoint()).await?)),
+        Route::Inclusion => {
+            let seq = query_u64(&params, "seq")?.ok_or_else(|| {
+                Error::new(ErrorCode::MissingField, "query parameter seq is required")
+            })?;
+            let size = query_u64(&params, "size")?;
+            Ok(json_response(
+                200,
+                &wire::inclusion(&blocking(st, move |l| l.inclusion_proof(seq, size)).await?),
+            ))
+        }
+        Route::Consistency => {
+            let from = query_u64(&params, "from")?.ok_or_else(|| {
+                Error::new(ErrorCode::MissingField, "query parameter from is required")
+            })?;
+            let to = query_u64(&params, "to")?.ok_or_else(|| {
+                Error::new(ErrorCode::MissingField, "query parameter to is required")
+            })?;
+            Ok(json_response(
+                200,
+                &wire::consistency(&blocking(st, move |l| l.consistency_proof(from, to)).await?),
+            ))
+        }
+        Route::Metrics => {
+            let mut text = st.ledger.metrics().render();
+            text.push_str(&format!(
+                "# HELP hitl_ledger_request_bytes_in_flight Request-body bytes read or being read and not yet answered.\n# TYPE hitl_ledger_request_bytes_in_flight gauge\nhitl_ledger_request_bytes_in_flight {}\n",
+                st.in_flight.load(std::sync::atomic::Ordering::Acquire)
+            ));
+            let mut r = text_response(text);
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            Ok(r.into_response())
+        }
+    }
+}
+
+async fn write_route(
+    st: &Arc<AppState>,
+    kind: &str,
+    rid: String,
+    req: Request,
+    actor: Actor,
+) -> Result<Response> {
+    let (body, _in_flight) = read_json_body(st, req).await?;
+    let op = Op::from_body(kind, Some(rid), body)?;
+    Ok(appended_response(submit(st, op, actor).await?))
+}

@@ -1,0 +1,153 @@
+//! The route table: paths, their methods and the roles that may use them; path segments are
+//! percent-decoded (`%2F` included) and checked as ids by the handlers.
+
+use axum::http::{HeaderMap, header};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::server::tokens::Role;
+
+/// A matched route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /v1/interrupts`.
+    Interrupts,
+    /// `POST /v1/requests/{id}/decision`.
+    Decision(String),
+    /// `POST /v1/requests/{id}/authorize`.
+    Authorize(String),
+    /// `POST /v1/requests/{id}/revoke`.
+    Revoke(String),
+    /// `POST /v1/requests/{id}/follow-ups`.
+    FollowUps(String),
+    /// `GET /v1/requests/{id}`.
+    Request(String),
+    /// `GET /v1/pending`.
+    Pending,
+    /// `GET /v1/threads/{id}/records`.
+    ThreadRecords(String),
+    /// `GET /v1/threads/{id}/export`.
+    ThreadExport(String),
+    /// `GET /v1/checkpoint`.
+    Checkpoint,
+    /// `GET /v1/proofs/inclusion`.
+    Inclusion,
+    /// `GET /v1/proofs/consistency`.
+    Consistency,
+    /// `GET /metrics`.
+    Metrics,
+}
+
+impl Route {
+    /// The methods the route answers.
+    pub fn allow(&self) -> &'static str {
+        match self {
+            Route::Interrupts
+            | Route::Decision(_)
+            | Route::Authorize(_)
+            | Route::Revoke(_)
+            | Route::FollowUps(_) => "POST",
+            _ => "GET",
+        }
+    }
+
+    /// The roles that may use the route (admin reaches every route besides).
+    pub fn roles(&self) -> &'static [Role] {
+        match self {
+            Route::Interrupts | Route::Authorize(_) | Route::Revoke(_) | Route::FollowUps(_) => {
+                &[Role::Agent]
+            }
+            Route::Decision(_) => &[Role::Reviewer],
+            Route::Request(_) | Route::Pending => &[Role::Reviewer, Role::Auditor],
+            Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
+            Route::Checkpoint | Route::Inclusion | Route::Consistency => {
+                &[Role::Agent, Role::Reviewer, Role::Auditor]
+            }
+            Route::Metrics => &[],
+        }
+    }
+}
+
+/// Percent-decodes path segments (`%2F` included); a segment that is not UTF-8 is `None`.
+pub fn segments(path: &str) -> Vec<Option<String>> {
+    path.split('/')
+        .skip(1)
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .ok()
+                .map(|c| c.into_owned())
+        })
+        .collect()
+}
+
+/// Matches a path; `Err(true)` when the path is unknown, ids unchecked.
+pub fn match_route(segs: &[Option<String>]) -> Option<Route> {
+    let s: Vec<&str> = segs
+        .iter()
+        .map(|x| x.as_deref().unwrap_or("\u{0}"))
+        .collect();
+    let id = |i: usize| {
+        segs.get(i)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "\u{0}".into())
+    };
+    Some(match s.as_slice() {
+        ["v1", "interrupts"] => Route::Interrupts,
+        ["v1", "requests", _, "decision"] => Route::Decision(id(2)),
+        ["v1", "requests", _, "authorize"] => Route::Authorize(id(2)),
+        ["v1", "requests", _, "revoke"] => Route::Revoke(id(2)),
+        ["v1", "requests", _, "follow-ups"] => Route::FollowUps(id(2)),
+        ["v1", "requests", _] => Route::Request(id(2)),
+        ["v1", "pending"] => Route::Pending,
+        ["v1", "threads", _, "records"] => Route::ThreadRecords(id(2)),
+        ["v1", "threads", _, "export"] => Route::ThreadExport(id(2)),
+        ["v1", "checkpoint"] => Route::Checkpoint,
+        ["v1", "proofs", "inclusion"] => Route::Inclusion,
+        ["v1", "proofs", "consistency"] => Route::Consistency,
+        ["metrics"] => Route::Metrics,
+        _ => return None,
+    })
+}
+
+/// The bearer token of the `Authorization` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// The query's parameters, percent-decoded.
+pub fn query_params(q: Option<&str>) -> Vec<(String, String)> {
+    q.unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let dec = |s: &str| {
+                percent_encoding::percent_decode_str(&s.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            (dec(k), dec(v))
+        })
+        .collect()
+}
+
+/// A non-negative integer query parameter.
+///
+/// # Errors
+/// `invalid_request` when it is not one.
+pub fn query_u64(params: &[(String, String)], name: &str) -> Result<Option<u64>> {
+    match params.iter().find(|(k, _)| k == name) {
+        None => Ok(None),
+        Some((_, v)) => v.parse::<u64>().map(Some).map_err(|_| {
+            Error::new(
+                ErrorCode::InvalidRequest,
+                format!("query parameter {name} must be a non-negative integer"),
+            )
+        }),
+    }
+}

@@ -1,0 +1,270 @@
+//! `verify-export`: one thread's bundle, offline, trusting only a verifier key.
+
+use super::rules::RuleReplay;
+use super::{Problem, ProblemCode, leaf_problem};
+use crate::format::bundle::Bundle;
+use crate::format::merkle::{self, Hash};
+use crate::format::note::{self, Checkpoint, NoteVerifier};
+use crate::format::record::{Record, ZERO_HASH, hex_hash};
+
+/// The verdict on an export bundle (spec sections 5 and 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleReport {
+    /// Records in the bundle.
+    pub records: u64,
+    /// Records of kind `decision`.
+    pub decisions: u64,
+    /// Records of kind `rejection`.
+    pub rejections: u64,
+    /// `ts` of the first record.
+    pub first_ts: Option<String>,
+    /// `ts` of the last record.
+    pub last_ts: Option<String>,
+    /// The first problem; `bad_input` means the bundle's structure or the key is wrong.
+    pub problem: Option<Problem>,
+}
+
+impl BundleReport {
+    /// True when the bundle verified.
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+
+    /// True when the bundle's structure or the key is wrong (not a finding about content).
+    pub fn bad_input(&self) -> bool {
+        self.problem
+            .as_ref()
+            .is_some_and(|p| p.code == ProblemCode::BadInput)
+    }
+}
+
+fn bad(message: impl Into<String>) -> Problem {
+    Problem::global(ProblemCode::BadInput, message)
+}
+
+fn parse_proof(proof: &[String]) -> Option<Vec<Hash>> {
+    proof
+        .iter()
+        .map(|h| crate::format::record::parse_hex_hash(h))
+        .collect()
+}
+
+/// Verifies an export bundle offline, trusting only `key` (a verifier key string). Checks, in
+/// order: structure and key (`bad_input`), the bundle's key and origin against `key`, the
+/// checkpoint's signature and body, the thread head's signature and body, then each record
+/// (encoding, canonical form, envelope, seq, order, origin, thread, inclusion proof, thread
+/// chain), and finally the thread head against the last record. Never panics.
+pub fn verify_bundle(bytes: &[u8], key: &str) -> BundleReport {
+    let mut report = BundleReport {
+        records: 0,
+        decisions: 0,
+        rejections: 0,
+        first_ts: None,
+        last_ts: None,
+        problem: None,
+    };
+    if let Err(p) = check_bundle(bytes, key, &mut report) {
+        report.problem = Some(p);
+    }
+    report
+}
+
+fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<(), Problem> {
+    let verifier =
+        NoteVerifier::parse(key).map_err(|e| bad(format!("--key is not a verifier key: {e}")))?;
+    let b = Bundle::parse(bytes).map_err(|e| bad(e.0))?;
+    report.records = b.records.len() as u64;
+    if b.verifier_key != key {
+        return Err(Problem::global(
+            ProblemCode::VerifierKeyMismatch,
+            format!(
+                "the bundle names verifier key {:?}, not the trusted {key:?}",
+                b.verifier_key
+            ),
+        ));
+    }
+    if b.origin != verifier.name() {
+        return Err(Problem::global(
+            ProblemCode::OriginMismatch,
+            format!(
+                "the bundle's origin {:?} is not the key's name {:?}",
+                b.origin,
+                verifier.name()
+            ),
+        ));
+    }
+    let cp_text = note::open(b.checkpoint.as_bytes(), std::slice::from_ref(&verifier))
+        .map_err(|e| Problem::global(ProblemCode::CheckpointSignature, format!("checkpoint: {e}")))?
+        .text;
+    let cp = Checkpoint::parse(&cp_text).map_err(|e| {
+        Problem::global(ProblemCode::CheckpointBody, format!("checkpoint body: {e}"))
+    })?;
+    if cp.origin != b.origin {
+        return Err(Problem::global(
+            ProblemCode::CheckpointBody,
+            format!(
+                "the checkpoint's origin {:?} is not the bundle's {:?}",
+                cp.origin, b.origin
+            ),
+        ));
+    }
+    let th_text = note::open(b.thread_head.as_bytes(), std::slice::from_ref(&verifier))
+        .map_err(|e| {
+            Problem::global(
+                ProblemCode::ThreadHeadSignature,
+                format!("thread head: {e}"),
+            )
+        })?
+        .text;
+    let th = note::ThreadHead::parse(&th_text).map_err(|e| {
+        Problem::global(
+            ProblemCode::ThreadHeadBody,
+            format!("thread head body: {e}"),
+        )
+    })?;
+    let mut prev_seq: Option<u64> = None;
+    let mut prev_hash = ZERO_HASH;
+    let mut replayed: Vec<(Record, Hash)> = Vec::with_capacity(b.records.len());
+    for (i, e) in b.records.iter().enumerate() {
+        use base64::Engine;
+        let at = |code: ProblemCode, m: String| Problem::at(code, e.seq, m);
+        let leaf = base64::engine::general_purpose::STANDARD
+            .decode(&e.leaf)
+            .map_err(|_| {
+                at(
+                    ProblemCode::LeafEncoding,
+                    format!("records[{i}].leaf is not base64"),
+                )
+            })?;
+        let r = Record::from_leaf(&leaf)
+            .map_err(|le| at(leaf_problem(&le), format!("records[{i}]: {le}")))?;
+        if report.first_ts.is_none() {
+            report.first_ts = Some(r.ts.to_string());
+        }
+        report.last_ts = Some(r.ts.to_string());
+        match r.kind {
+            crate::format::record::Kind::Decision => report.decisions += 1,
+            crate::format::record::Kind::Rejection => report.rejections += 1,
+            _ => {}
+        }
+        if r.seq != e.seq {
+            return Err(at(
+                ProblemCode::SeqMismatch,
+                format!(
+                    "records[{i}] is listed as seq {} but its leaf says {}",
+                    e.seq, r.seq
+                ),
+            ));
+        }
+        if prev_seq.is_some_and(|p| e.seq <= p) {
+            return Err(at(
+                ProblemCode::SeqOrder,
+                format!(
+                    "records[{i}] (seq {}) does not come after seq {}",
+                    e.seq,
+                    prev_seq.unwrap_or_default()
+                ),
+            ));
+        }
+        if r.origin != b.origin {
+            return Err(at(
+                ProblemCode::RecordOrigin,
+                format!(
+                    "record {} has origin {:?}, the bundle's is {:?}",
+                    e.seq, r.origin, b.origin
+                ),
+            ));
+        }
+        if r.thread_id != b.thread_id {
+            return Err(at(
+                ProblemCode::RecordThread,
+                format!(
+                    "record {} is in thread {:?}, the bundle's is {:?}",
+                    e.seq, r.thread_id, b.thread_id
+                ),
+            ));
+        }
+        let hash = merkle::leaf_hash(&leaf);
+        let proof = parse_proof(&e.inclusion_proof).ok_or_else(|| {
+            at(
+                ProblemCode::InclusionProof,
+                format!(
+                    "record {}'s proof holds a hash that is not 64 lowercase hex",
+                    e.seq
+                ),
+            )
+        })?;
+        merkle::verify_inclusion(&hash, e.seq, cp.size, &proof, &cp.root).map_err(|err| {
+            at(
+                ProblemCode::InclusionProof,
+                format!(
+                    "record {} is not in the checkpoint's tree of {}: {err}",
+                    e.seq, cp.size
+                ),
+            )
+        })?;
+        if r.thread_seq != i as u64 {
+            return Err(at(
+                ProblemCode::ThreadGap,
+                format!(
+                    "record {} has thread_seq {}, expected {i} (a record of the thread is missing)",
+                    e.seq, r.thread_seq
+                ),
+            ));
+        }
+        if r.thread_prev != prev_hash {
+            return Err(at(
+                ProblemCode::ThreadPrev,
+                format!(
+                    "record {} has thread_prev {}, the previous record's leaf hash is {}",
+                    e.seq,
+                    hex_hash(&r.thread_prev),
+                    hex_hash(&prev_hash)
+                ),
+            ));
+        }
+        prev_seq = Some(e.seq);
+        prev_hash = hash;
+        replayed.push((r, hash));
+    }
+    let n = b.records.len() as u64;
+    let mismatch = |m: String| Problem::global(ProblemCode::ThreadHeadMismatch, m);
+    if th.origin != b.origin || th.thread_id != b.thread_id {
+        return Err(mismatch(format!(
+            "the thread head is for {:?} in {:?}",
+            th.thread_id, th.origin
+        )));
+    }
+    if th.tree != cp.size {
+        return Err(mismatch(format!(
+            "the thread head accompanies a tree of {}, the checkpoint's is {}",
+            th.tree, cp.size
+        )));
+    }
+    if th.size != n {
+        return Err(mismatch(format!(
+            "the thread head says {} records, the bundle has {n}",
+            th.size
+        )));
+    }
+    if th.head != prev_hash {
+        return Err(mismatch(format!(
+            "the thread head names {} as the last record, the bundle's last is {}",
+            hex_hash(&th.head),
+            hex_hash(&prev_hash)
+        )));
+    }
+    // The bytes are intact: did the gate obey its own rules? Every record of a request is in
+    // its thread, so the bundle holds all that the replay needs.
+    let mut rules = RuleReplay::new();
+    for (r, hash) in &replayed {
+        if let Some(m) = rules.step(r, hash) {
+            return Err(Problem::at(
+                ProblemCode::RuleViolation,
+                r.seq,
+                format!("record {}: {m}", r.seq),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The streaming check of a whole log: bytes, chains, checkpoints and the approval rules.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::rules::RuleReplay;
+use super::{Problem, ProblemCode, leaf_problem, sort_problems};
+use crate::codec::read_be;
+use crate::format::merkle::{self, Frontier, Hash};
+use crate::format::note::{self, Checkpoint, NoteVerifier};
+use crate::format::record::{Record, ZERO_HASH, hex_hash};
+
+/// A parsed checkpoint to be checked against the records.
+#[derive(Debug, Clone)]
+struct PendingCheckpoint {
+    size: u64,
+    root: Hash,
+}
+
+/// Streaming check of the whole log: feed the records column family in key order, then
+/// [`ChainCheck::finish`]. Leaf hashing and parsing run in parallel across cores. The log's
+/// `origin` and the `verifier` of its checkpoints come from the ledger's own configuration.
+pub struct ChainCheck {
+    origin: String,
+    next: u64,
+    last_hash: Option<Hash>,
+    last_ts: i64,
+    threads: HashMap<String, (u64, Hash)>,
+    frontier: Frontier,
+    checkpoints: Vec<PendingCheckpoint>,
+    max_checkpoint: Option<u64>,
+    rules: RuleReplay,
+    problems: Vec<Problem>,
+}
+
+impl std::fmt::Debug for ChainCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainCheck")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One fed entry, parsed: (seq of its key, leaf hash, the record when it parsed).
+pub type Checked = (u64, Hash, Option<Record>);
+
+impl ChainCheck {
+    /// Starts a check of the log of `origin`, whose stored checkpoints (column family key, note
+    /// bytes) must be signed by `verifier`.
+    pub fn new(
+        origin: &str,
+        verifier: &NoteVerifier,
+        stored_checkpoints: &[(Vec<u8>, Vec<u8>)],
+    ) -> ChainCheck {
+        let mut c = ChainCheck {
+            origin: origin.to_string(),
+            next: 0,
+            last_hash: None,
+            last_ts: i64::MIN,
+            threads: HashMap::new(),
+            frontier: Frontier::new(),
+            checkpoints: Vec::new(),
+            max_checkpoint: None,
+            rules: RuleReplay::new(),
+            problems: Vec::new(),
+        };
+        for (k, note_bytes) in stored_checkpoints {
+            let key_size = read_be(k).filter(|_| k.len() == 8);
+            match c.parse_checkpoint(verifier, note_bytes) {
+                Ok(cp) => {
+                    if key_size != Some(cp.size) {
+                        c.problems.push(Problem::global(
+                            ProblemCode::CheckpointBody,
+                            format!(
+                                "checkpoint stored under key {} says size {}",
+                                hex::encode(k),
+                                cp.size
+                            ),
+                        ));
+                    }
+                    c.max_checkpoint = Some(c.max_checkpoint.unwrap_or(0).max(cp.size));
+                    c.checkpoints.push(cp);
+                }
+                Err(p) => c.problems.push(p),
+            }
+        }
+        c.checkpoints.sort_by_key(|p| p.size);
+        c.check_due_checkpoints();
+        c
+    }
+
+    fn parse_checkpoint(
+        &self,
+        verifier: &NoteVerifier,
+        note_bytes: &[u8],
+    ) -> Result<PendingCheckpoint, Problem> {
+        let (sig, body, origin) = (
+            ProblemCode::CheckpointSignature,
+            ProblemCode::CheckpointBody,
+            ProblemCode::CheckpointOrigin,
+        );
+        let opened = note::open(note_bytes, std::slice::from_ref(verifier)).map_err(|e| {
+            Problem::global(
+                sig,
+                format!(
+                    "checkpoint signature does not verify with {}: {e}",
+                    verifier.to_verifier_key()
+                ),
+            )
+        })?;
+        let cp = Checkpoint::parse(&opened.text)
+            .map_err(|e| Problem::global(body, format!("checkpoint body: {e}")))?;
+        if cp.origin != self.origin {
+            return Err(Problem::global(
+                origin,
+                format!(
+                    "checkpoint origin is {:?}, expected {:?}",
+                    cp.origin, self.origin
+                ),
+            ));
+        }
+        Ok(PendingCheckpoint {
+            size: cp.size,
+            root: cp.root,
+        })
+    }
+
+    /// Compares every checkpoint whose size the frontier has reached.
+    fn check_due_checkpoints(&mut self) {
+        let size = self.frontier.size();
+        while let Some(cp) = self.checkpoints.first() {
+            if cp.size > size {
+                break;
+            }
+            let cp = self.checkpoints.remove(0);
+            let root = self.frontier.root();
+            if !merkle::hashes_equal(&root, &cp.root) {
+                let (code, what) = (ProblemCode::CheckpointRoot, "the stored checkpoint");
+                self.problems.push(Problem::at(
+                    code,
+                    cp.size.saturating_sub(1),
+                    format!(
+                        "the tree of the first {} records has root {}, {what} says {}",
+                        cp.size,
+                        hex_hash(&root),
+                        hex_hash(&cp.root)
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Checks a chunk of consecutive entries of the records column family (key, leaf) and
+    /// returns them parsed, for the caller's index derivation.
+    pub fn feed(&mut self, entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<Checked> {
+        let parsed: Vec<(
+            Option<u64>,
+            Hash,
+            Result<Record, crate::format::record::LeafError>,
+        )> = entries
+            .par_iter()
+            .map(|(k, leaf)| {
+                (
+                    read_be(k).filter(|_| k.len() == 8),
+                    merkle::leaf_hash(leaf),
+                    Record::from_leaf(leaf),
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(parsed.len());
+        for (key, hash, rec) in parsed {
+            let Some(ks) = key else {
+                self.problems.push(Problem::at(
+                    ProblemCode::SeqMismatch,
+                    self.next,
+                    "a record key is not an 8-byte big-endian seq",
+                ));
+                continue;
+            };
+            if ks != self.next {
+                self.problems.push(Problem::at(
+                    ProblemCode::SeqMismatch,
+                    self.next,
+                    format!(
+                        "record {} is missing (the next stored record is {ks})",
+                        self.next
+                    ),
+                ));
+                self.last_hash = None;
+            }
+            match &rec {
+                Err(e) => self.problems.push(Problem::at(
+                    leaf_problem(e),
+                    ks,
+                    format!("record {ks}: {e}"),
+                )),
+                Ok(r) => self.check_record(ks, &hash, r),
+            }
+            self.frontier.push(&hash);
+            self.last_hash = Some(hash);
+            self.next = ks + 1;
+            self.check_due_checkpoints();
+            out.push((ks, hash, rec.ok()));
+        }
+        out
+    }
+
+    fn check_record(&mut self, ks: u64, hash: &Hash, r: &Record) {
+        if r.seq != ks {
+            self.problems.push(Problem::at(
+                ProblemCode::SeqMismatch,
+                ks,
+                format!("record stored at {ks} says seq {}", r.seq),
+            ));
+        }
+        if r.origin != self.origin {
+            self.problems.push(Problem::at(
+                ProblemCode::RecordOrigin,
+                ks,
+                format!(
+                    "record {ks} has origin {:?}, expected {:?}",
+                    r.origin, self.origin
+                ),
+            ));
+        }
+        let expected_prev = if ks == 0 {
+            Some(ZERO_HASH)
+        } else {
+            self.last_hash
+        };
+        match expected_prev {
+            Some(p) if p == r.prev => {}
+            Some(p) => self.problems.push(Problem::at(
+                ProblemCode::Prev,
+                ks,
+                format!(
+                    "record {ks} has prev {}, expected {} (the leaf hash of record {})",
+                    hex_hash(&r.prev),
+                    hex_hash(&p),
+                    ks.saturating_sub(1)
+                ),
+            )),
+            None => {}
+        }
+        if r.ts.micros() < self.last_ts {
+            self.problems.push(Problem::at(
+                ProblemCode::TsOrder,
+                ks,
+                format!(
+                    "record {ks} has ts {} earlier than the record before it",
+                    r.ts
+                ),
+            ));
+        }
+        self.last_ts = self.last_ts.max(r.ts.micros());
+        let (count, last) = self
+            .threads
+            .get(&r.thread_id)
+            .copied()
+            .unwrap_or((0, ZERO_HASH));
+        if r.thread_seq != count {
+            self.problems.push(Problem::at(
+                ProblemCode::ThreadGap,
+                ks,
+                format!(
+                    "record {ks} has thread_seq {} in thread {:?}, expected {count}",
+                    r.thread_seq, r.thread_id
+                ),
+            ));
+        }
+        if r.thread_prev != last {
+            self.problems.push(Problem::at(
+                ProblemCode::ThreadPrev,
+                ks,
+                format!(
+                    "record {ks} has thread_prev {}, expected {}",
+                    hex_hash(&r.thread_prev),
+                    hex_hash(&last)
+                ),
+            ));
+        }
+        self.threads
+            .insert(r.thread_id.clone(), (r.thread_seq.max(count) + 1, *hash));
+        if let Some(m) = self.rules.step(r, hash) {
+            self.problems.push(Problem::at(
+                ProblemCode::RuleViolation,
+                ks,
+                format!("record {ks}: {m}"),
+            ));
+        }
+    }
+
+    /// Records checked so far (the next expected seq).
+    pub fn size(&self) -> u64 {
+        self.next
+    }
+
+    /// The root of the records checked so far.
+    pub fn root(&self) -> Hash {
+        self.frontier.root()
+    }
+
+    /// Ends the check: checkpoints beyond the records, records beyond the latest checkpoint.
+    pub fn finish(mut self) -> Vec<Problem> {
+        let n = self.next;
+        for cp in std::mem::take(&mut self.checkpoints) {
+            let (code, what) = (
+                ProblemCode::CheckpointSize,
+                "the stored checkpoint (truncation)",
+            );
+            self.problems.push(Problem::at(
+                code,
+                n,
+                format!("the log holds {n} records but {what} covers {}", cp.size),
+            ));
+        }
+        match self.max_checkpoint {
+            Some(m) if m < n => self.problems.push(Problem::at(
+                ProblemCode::Uncheckpointed,
+                m,
+                format!(
+                    "records {m}..{} are not covered by any signed checkpoint (every batch signs one)",
+                    n - 1
+                ),
+            )),
+            None => self.problems.push(Problem::global(ProblemCode::CheckpointMissing, "no checkpoint is stored")),
+            _ => {}
+        }
+        sort_problems(&mut self.problems);
+        self.problems
+    }
+}

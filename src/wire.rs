@@ -1,0 +1,172 @@
+//! The contract's JSON, in one place: every HTTP answer body and every `--format json` output
+//! of the command line (protocol sections 10 and 11). Types elsewhere are typed values; this
+//! module is the one that spells their fields.
+
+use serde_json::{Map, Value, json};
+
+use crate::audit::fsck::VerifyReport;
+use crate::error::Error;
+use crate::format::record::hex_hash;
+use crate::ledger::op::{Appended, Extra, Outcome, ThreadPage};
+use crate::ledger::proofs::{ConsistencyProof, InclusionProof};
+use crate::ledger::reads::{PendingItem, RequestView};
+use crate::verify::{BundleReport, Problem};
+
+/// How many problems `verify --format json` lists (the count is always complete).
+pub const LISTED_PROBLEMS: usize = 100;
+
+impl Appended {
+    /// The answer to an append: `{"record", "leaf_hash", "seq", "duplicate"}` and the kind's
+    /// fields (a decision's ticket and expiry, an edit's new request, an authorization's
+    /// verdict).
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("record".into(), self.record.to_value());
+        m.insert("leaf_hash".into(), json!(hex_hash(&self.leaf_hash)));
+        m.insert("seq".into(), json!(self.seq));
+        m.insert("duplicate".into(), json!(self.duplicate));
+        match &self.extra {
+            Extra::None => {}
+            Extra::Decision {
+                ticket_id,
+                expires_at,
+            } => {
+                m.insert("ticket_id".into(), json!(ticket_id));
+                m.insert(
+                    "expires_at".into(),
+                    json!(expires_at.map(|t| t.to_string())),
+                );
+            }
+            Extra::Edit {
+                new_request_id,
+                ticket_id,
+                expires_at,
+            } => {
+                m.insert("new_request_id".into(), json!(new_request_id));
+                m.insert("ticket_id".into(), json!(ticket_id));
+                m.insert("expires_at".into(), json!(expires_at.to_string()));
+            }
+            Extra::Authorization(g) => {
+                m.insert("granted".into(), json!(g.granted));
+                m.insert("code".into(), json!(g.code));
+                m.insert("idempotency_key".into(), json!(g.idempotency_key));
+            }
+        }
+        Value::Object(m)
+    }
+}
+
+impl Outcome {
+    /// One appended record's answer, or a sweep's `{"timeouts": [...]}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Outcome::Appended(a) => a.to_json(),
+            Outcome::Swept(v) => timeouts(v),
+        }
+    }
+}
+
+/// A sweep's answer: `{"timeouts": [...]}`.
+pub fn timeouts(v: &[Appended]) -> Value {
+    json!({"timeouts": v.iter().map(Appended::to_json).collect::<Vec<_>>()})
+}
+
+impl Error {
+    /// `{"error": CODE, "message": TEXT}`.
+    pub fn to_json(&self) -> Value {
+        json!({"error": self.code().as_str(), "message": self.message()})
+    }
+}
+
+/// `GET /v1/pending`: `{"pending": [{"request_id", "thread_id", "tool", "expires_at", "seq"}]}`.
+pub fn pending(items: &[PendingItem]) -> Value {
+    let v: Vec<Value> = items
+        .iter()
+        .map(|p| {
+            json!({
+                "request_id": p.request_id,
+                "thread_id": p.thread_id,
+                "tool": p.tool,
+                "expires_at": p.expires_at.to_string(),
+                "seq": p.seq,
+            })
+        })
+        .collect();
+    json!({"pending": v})
+}
+
+/// `GET /v1/requests/{id}`: `{"request_id", "state", "records"}`.
+pub fn request(v: &RequestView) -> Value {
+    json!({
+        "request_id": v.request_id,
+        "state": v.state.status.as_str(),
+        "records": v.records.iter().map(|r| r.to_value()).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /v1/threads/{id}/records`: `{"records": [...]}`, with `next_after` when the page was
+/// cut.
+pub fn thread_page(page: &ThreadPage) -> Value {
+    let (records, next) = page;
+    let mut m = Map::new();
+    m.insert(
+        "records".into(),
+        Value::Array(records.iter().map(|(r, _, _)| r.to_value()).collect()),
+    );
+    if let Some(n) = next {
+        m.insert("next_after".into(), json!(n));
+    }
+    Value::Object(m)
+}
+
+/// `GET /v1/proofs/inclusion`: `{"seq", "size", "leaf_hash", "proof"}`.
+pub fn inclusion(p: &InclusionProof) -> Value {
+    json!({
+        "seq": p.seq,
+        "size": p.size,
+        "leaf_hash": hex_hash(&p.leaf_hash),
+        "proof": p.proof.iter().map(hex_hash).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /v1/proofs/consistency`: `{"from", "to", "proof"}`.
+pub fn consistency(p: &ConsistencyProof) -> Value {
+    json!({"from": p.from, "to": p.to, "proof": p.proof.iter().map(hex_hash).collect::<Vec<_>>()})
+}
+
+impl Problem {
+    /// `{"code", "message", "seq"}`.
+    pub fn to_json(&self) -> Value {
+        json!({"code": self.code.as_str(), "message": self.message, "seq": self.seq})
+    }
+}
+
+impl BundleReport {
+    /// `{"ok", "records", "decisions", "rejections", "first_ts", "last_ts", "problem"}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ok": self.ok(),
+            "records": self.records,
+            "decisions": self.decisions,
+            "rejections": self.rejections,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+            "problem": self.problem.as_ref().map(Problem::to_json),
+        })
+    }
+}
+
+impl VerifyReport {
+    /// `{"ok", "records", "checkpoints", "problem_count", "problem", "problems"}`: the first
+    /// problem, and the first [`LISTED_PROBLEMS`].
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ok": self.ok(),
+            "records": self.records,
+            "checkpoints": self.checkpoints,
+            "problem_count": self.problems.len(),
+            "problem": self.problems.first().map(Problem::to_json),
+            "problems": self.problems.iter().take(LISTED_PROBLEMS).map(Problem::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
