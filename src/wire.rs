@@ -4,13 +4,12 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::audit::fsck::VerifyReport;
 use crate::error::Error;
 use crate::format::record::hex_hash;
 use crate::ledger::op::{Appended, Extra, Outcome, ThreadPage};
 use crate::ledger::proofs::{ConsistencyProof, InclusionProof};
 use crate::ledger::reads::{PendingItem, RequestView};
-use crate::verify::{BundleReport, Problem};
+use crate::verify::{BundleReport, Problem, VerifyReport};
 
 /// How many problems `verify --format json` lists (the count is always complete).
 pub const LISTED_PROBLEMS: usize = 100;

@@ -13,25 +13,7 @@ use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
 use crate::storage::rocks::RocksEngine;
 use crate::storage::{Durability, Engine, Keyspace, Read};
-use crate::verify::{ChainCheck, Problem, ProblemCode, compare_index, sort_problems};
-
-/// The verdict of [`verify`].
-#[derive(Debug, Clone)]
-pub struct VerifyReport {
-    /// Records checked.
-    pub records: u64,
-    /// Stored checkpoints checked.
-    pub checkpoints: usize,
-    /// Problems, earliest record first.
-    pub problems: Vec<Problem>,
-}
-
-impl VerifyReport {
-    /// True when nothing is wrong.
-    pub fn ok(&self) -> bool {
-        self.problems.is_empty()
-    }
-}
+use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, compare_index, sort_problems};
 
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 10_000;

@@ -627,7 +627,10 @@ mod tests {
 
     #[test]
     fn ticket_ids_are_lowercase_v7() {
-        let t = uuid::Uuid::now_v7().to_string();
+        let t = crate::clock::uuid_v7(
+            crate::clock::Timestamp::from_micros(1_796_068_800_000_000),
+            [3; 10],
+        );
         assert!(parse_ticket_id(&t).is_ok());
         assert!(parse_ticket_id(&t.to_uppercase()).is_err());
         assert!(parse_ticket_id(&uuid::Uuid::nil().to_string()).is_err());

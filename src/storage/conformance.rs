@@ -115,7 +115,7 @@ pub fn ordered_bytes(engine: &dyn Engine) -> Result<(), String> {
         all == ordered.iter().map(|k| k.to_vec()).collect::<Vec<_>>(),
         "scan is not in unsigned byte order",
     )?;
-    expect(keys(&*s, ks, b"a")?.len() == 4, "scan from a start key")?;
+    expect(keys(&*s, ks, b"a")?.len() == 5, "scan from a start key")?;
     expect(keys(&*s, ks, b"\x80")?.len() == 1, "scan from a high byte")?;
     let prefixed: Vec<_> = scan_prefix(&*s, ks, b"a\x00")
         .map(|e| e.map(|(k, _)| k))

@@ -215,3 +215,21 @@ impl Problem {
 pub fn sort_problems(p: &mut [Problem]) {
     p.sort_by_key(|x| x.seq.unwrap_or(u64::MAX));
 }
+
+/// The verdict on a whole ledger (`verify`, run by `crate::audit::fsck`).
+#[derive(Debug, Clone)]
+pub struct VerifyReport {
+    /// Records checked.
+    pub records: u64,
+    /// Stored checkpoints checked.
+    pub checkpoints: usize,
+    /// Problems, earliest record first.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// True when nothing is wrong.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}

@@ -16,10 +16,9 @@ fn append(dir: &std::path::Path, lines: &[Value]) -> Vec<Value> {
 }
 
 fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).unwrap();
+    u128::from_be_bytes(b)
 }
 
 #[test]

@@ -47,7 +47,7 @@ pub trait JsonReads {
         &self,
         trusted: Option<&[u8]>,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> hitl_ledger::Result<hitl_ledger::audit::fsck::VerifyReport>;
+    ) -> hitl_ledger::Result<hitl_ledger::verify::VerifyReport>;
 }
 
 impl JsonReads for Ledger {
@@ -80,7 +80,7 @@ impl JsonReads for Ledger {
         &self,
         trusted: Option<&[u8]>,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> hitl_ledger::Result<hitl_ledger::audit::fsck::VerifyReport> {
+    ) -> hitl_ledger::Result<hitl_ledger::verify::VerifyReport> {
         hitl_ledger::audit::fsck::verify(self, trusted, progress)
     }
 }

@@ -1,0 +1,225 @@
+//! The storage-engine contract: the conformance suite on every engine, and fault injection
+//! through the failing wrapper (a failed commit leaves nothing visible and `verify` clean).
+
+use std::sync::Arc;
+
+use hitl_ledger::clock::{ManualClock, Timestamp};
+use hitl_ledger::error::ErrorCode;
+use hitl_ledger::ledger::{Identity, Ledger};
+use hitl_ledger::model::policy::Policy;
+use hitl_ledger::storage::conformance::{self, CHECKS};
+use hitl_ledger::storage::faulty::{FaultPlan, FaultyEngine};
+use hitl_ledger::storage::memory::MemoryEngine;
+use hitl_ledger::storage::rocks::RocksEngine;
+use hitl_ledger::storage::{Engine, Keyspace};
+
+use crate::util::*;
+
+#[test]
+fn conformance_memory() {
+    conformance::run_all(&mut || Box::new(MemoryEngine::new()));
+    let m = MemoryEngine::new();
+    conformance::durable_reopen(Box::new(m.clone()), &mut |e| {
+        drop(e);
+        Box::new(m.clone())
+    })
+    .unwrap();
+}
+
+#[test]
+fn conformance_rocksdb() {
+    let dirs: std::cell::RefCell<Vec<tempfile::TempDir>> = Default::default();
+    conformance::run_all(&mut || {
+        let d = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(&d.path().join("db"), true).unwrap();
+        dirs.borrow_mut().push(d);
+        Box::new(e)
+    });
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("db");
+    let e = RocksEngine::open(&path, true).unwrap();
+    conformance::durable_reopen(Box::new(e), &mut |e| {
+        drop(e);
+        Box::new(RocksEngine::open(&path, false).unwrap())
+    })
+    .unwrap();
+}
+
+#[test]
+fn conformance_faulty_wrapper_without_faults() {
+    conformance::run_all(&mut || {
+        Box::new(FaultyEngine::new(MemoryEngine::new(), FaultPlan::new()))
+    });
+}
+
+/// Each check of the suite can fail: an engine that breaks one guarantee is caught by it.
+#[test]
+fn the_suite_catches_a_broken_engine() {
+    // An engine whose snapshots are not snapshots: every read sees the latest state.
+    #[derive(Debug)]
+    struct Leaky(MemoryEngine);
+    impl Engine for Leaky {
+        fn snapshot(
+            &self,
+        ) -> Result<Box<dyn hitl_ledger::storage::Read + '_>, hitl_ledger::storage::StorageError>
+        {
+            Ok(Box::new(LatestRead(&self.0)))
+        }
+        fn begin_write(
+            &self,
+        ) -> Result<Box<dyn hitl_ledger::storage::WriteTxn + '_>, hitl_ledger::storage::StorageError>
+        {
+            self.0.begin_write()
+        }
+        fn describe(&self) -> String {
+            "leaky".into()
+        }
+    }
+    struct LatestRead<'a>(&'a MemoryEngine);
+    impl hitl_ledger::storage::Read for LatestRead<'_> {
+        fn get(
+            &self,
+            ks: Keyspace,
+            key: &[u8],
+        ) -> Result<Option<Vec<u8>>, hitl_ledger::storage::StorageError> {
+            self.0.snapshot()?.get(ks, key)
+        }
+        fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> hitl_ledger::storage::Scan<'b> {
+            let all: Vec<_> = match self.0.snapshot() {
+                Ok(s) => s.scan(ks, start).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            Box::new(all.into_iter())
+        }
+        fn last(
+            &self,
+            ks: Keyspace,
+        ) -> Result<Option<hitl_ledger::storage::Entry>, hitl_ledger::storage::StorageError>
+        {
+            self.0.snapshot()?.last(ks)
+        }
+    }
+    let check = CHECKS
+        .iter()
+        .find(|(n, _)| *n == "snapshot_isolation")
+        .unwrap()
+        .1;
+    assert!(check(&Leaky(MemoryEngine::new())).is_err());
+}
+
+fn memory_ledger(engine: Box<dyn Engine>, clock: &ManualClock) -> Ledger {
+    let id = Identity::generate(ORIGIN, Policy::default(), Arc::new(clock.clone())).unwrap();
+    Ledger::on_engine(engine, id).unwrap()
+}
+
+/// A commit that fails (nothing applied) fails every operation of its batch, makes the
+/// ledger unwritable, and leaves nothing visible: the store verifies clean with every earlier
+/// record and without the failed one.
+#[test]
+fn a_failed_commit_leaves_nothing_visible_and_verify_clean() {
+    let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
+    let plan = FaultPlan::new();
+    let mem = MemoryEngine::new();
+    let id = Identity::generate(ORIGIN, Policy::default(), Arc::new(clock.clone())).unwrap();
+    let key = id.signer.clone();
+    let l = Ledger::on_engine(
+        Box::new(FaultyEngine::new(mem.clone(), Arc::clone(&plan))),
+        id,
+    )
+    .unwrap();
+    let a = l
+        .interrupt(interrupt_req("a", "t", refund(1)), &agent())
+        .unwrap();
+    plan.fail_commit_in(1);
+    let e = l
+        .interrupt(interrupt_req("b", "t", refund(2)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Storage);
+    assert_eq!(
+        l.interrupt(interrupt_req("c", "t", refund(3)), &agent())
+            .unwrap_err()
+            .code(),
+        ErrorCode::Unwritable,
+        "no write after a failed commit"
+    );
+    assert!(l.request_state("a").unwrap().is_some(), "reads go on");
+    drop(l);
+    // Reopened on the same data, healthy: the failed write is not there, and all verifies.
+    let id = reopen_identity(key, &clock);
+    let l = Ledger::on_engine(Box::new(mem), id).unwrap();
+    assert!(l.refuses_writes().is_none());
+    assert_eq!(l.head().unwrap().size, a.seq + 1);
+    assert!(l.request_state("b").unwrap().is_none());
+    let report = l.verify(None, &mut |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    l.interrupt(interrupt_req("b", "t", refund(2)), &agent())
+        .unwrap();
+}
+
+fn reopen_identity(signer: hitl_ledger::format::note::NoteSigner, clock: &ManualClock) -> Identity {
+    Identity {
+        origin: ORIGIN.into(),
+        signer,
+        key: hitl_ledger::model::action::RedactionKey::from_bytes([9; 32]),
+        policy: Policy::default(),
+        clock: Arc::new(clock.clone()),
+    }
+}
+
+/// A sync that fails after the commit applied (the outcome a real failed `fdatasync` can
+/// leave): the write is reported failed and the ledger turns unwritable, yet the record may
+/// be there after a restart; either way the store verifies, and a retry of the same body is
+/// answered from what is stored.
+#[test]
+fn a_failed_sync_is_an_unknown_outcome_and_a_retry_is_answered_from_the_store() {
+    let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
+    let plan = FaultPlan::new();
+    let mem = MemoryEngine::new();
+    let id = Identity::generate(ORIGIN, Policy::default(), Arc::new(clock.clone())).unwrap();
+    let key = id.signer.clone();
+    let l = Ledger::on_engine(
+        Box::new(FaultyEngine::new(mem.clone(), Arc::clone(&plan))),
+        id,
+    )
+    .unwrap();
+    plan.fail_sync_in(1);
+    let e = l
+        .interrupt(interrupt_req("a", "t", refund(1)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Storage);
+    assert!(l.write_refusal().is_some());
+    drop(l);
+    let l = Ledger::on_engine(Box::new(mem), reopen_identity(key, &clock)).unwrap();
+    let report = l.verify(None, &mut |_, _| {}).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    let again = l
+        .interrupt(interrupt_req("a", "t", refund(1)), &agent())
+        .unwrap();
+    assert!(
+        again.duplicate,
+        "the write had become durable; the retry finds it"
+    );
+}
+
+/// A read that fails during `verify` is an error (the command exits 2), never a finding.
+#[test]
+fn a_failed_read_during_verify_is_an_error_not_a_problem() {
+    let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
+    let plan = FaultPlan::new();
+    let l = memory_ledger(
+        Box::new(FaultyEngine::new(MemoryEngine::new(), Arc::clone(&plan))),
+        &clock,
+    );
+    for i in 0..5 {
+        l.interrupt(interrupt_req(&format!("r{i}"), "t", refund(i)), &agent())
+            .unwrap();
+    }
+    for n in 1..30 {
+        plan.fail_read_in(n);
+        match l.verify(None, &mut |_, _| {}) {
+            Err(e) => assert_eq!(e.code(), ErrorCode::Storage, "read {n}"),
+            Ok(r) => assert!(r.ok(), "read {n} failed yet verify found {:?}", r.problems),
+        }
+        plan.fail_read_in(u64::MAX / 2);
+    }
+}
