@@ -45,7 +45,10 @@ impl Timestamp {
         let bad = || {
             Error::new(
                 ErrorCode::InvalidRequest,
-                format!("timestamp {s:?} is not RFC 3339 UTC with 'Z' and 6 fractional digits"),
+                format!(
+                    "timestamp {q_s} is not RFC 3339 UTC with 'Z' and 6 fractional digits",
+                    q_s = crate::codec::quoted(s)
+                ),
             )
         };
         let b = s.as_bytes();

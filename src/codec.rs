@@ -27,6 +27,24 @@ pub fn ct_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
+/// A string as messages show it: in double quotes, with `"` and `\\` escaped and every
+/// control character (C0, DEL, C1) written as `\\u{XXXX}`, so text from a request or a
+/// tampered record can never drive the terminal that shows the message.
+pub fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +58,15 @@ mod tests {
         assert_eq!(read_be(&[1, 2]), None);
         assert_eq!(join(b"a", b"b"), b"a\0b");
         assert!(ct_eq("abc", "abc") && !ct_eq("abc", "abd") && !ct_eq("ab", "abc"));
+    }
+
+    #[test]
+    fn quoted_escapes_what_could_drive_a_terminal() {
+        assert_eq!(quoted("req-1"), "\"req-1\"");
+        assert_eq!(quoted("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(
+            quoted("x\u{1b}[2J\u{9b}\u{7f}é"),
+            "\"x\\u{001b}[2J\\u{009b}\\u{007f}é\""
+        );
     }
 }

@@ -137,12 +137,47 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// The crate's error: a stable [`ErrorCode`] and a message that carries the evidence (the field,
-/// the offset, the conflicting state).
+/// The crate's error: a stable [`ErrorCode`], a message for people, and, where there is some,
+/// the evidence behind it as data ([`Error::corruption`], [`Error::storage_kind`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     code: ErrorCode,
     message: String,
+    evidence: Option<Box<Evidence>>,
+}
+
+/// What a corrupt store was found to hold: the record concerned and the hashes that disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Corruption {
+    /// The record concerned, when one is.
+    pub seq: Option<u64>,
+    /// The hash the ledger expected there (a leaf hash, a root), when one applies.
+    pub expected: Option<[u8; 32]>,
+    /// The hash found.
+    pub found: Option<[u8; 32]>,
+}
+
+/// What kind of storage failure an error is, kept from the engine's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageKind {
+    /// The engine or the file system failed (I/O, a lost connection): for a write, the
+    /// outcome is unknown.
+    Engine,
+    /// An append-only keyspace refused an overwrite.
+    AppendOnly,
+    /// The engine asked for the batch to be re-run, too many times.
+    Retry,
+    /// Another process holds the engine.
+    Busy,
+    /// The engine holds another ledger or another policy.
+    Incompatible,
+}
+
+/// The evidence an error carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Evidence {
+    Corruption(Corruption),
+    Storage(StorageKind),
 }
 
 impl Error {
@@ -151,6 +186,53 @@ impl Error {
         Error {
             code,
             message: message.into(),
+            evidence: None,
+        }
+    }
+
+    /// A corrupt store, with what was found where.
+    pub fn corrupt_with(message: impl Into<String>, evidence: Corruption) -> Self {
+        Error {
+            code: ErrorCode::Corrupt,
+            message: message.into(),
+            evidence: Some(Box::new(Evidence::Corruption(evidence))),
+        }
+    }
+
+    /// A corrupt store at record `seq`.
+    pub fn corrupt_at(seq: u64, message: impl Into<String>) -> Self {
+        Error::corrupt_with(
+            message,
+            Corruption {
+                seq: Some(seq),
+                ..Corruption::default()
+            },
+        )
+    }
+
+    /// A storage failure of a kind, with the engine's message as its source.
+    pub fn storage_failure(code: ErrorCode, kind: StorageKind, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+            evidence: Some(Box::new(Evidence::Storage(kind))),
+        }
+    }
+
+    /// The corruption this error reports, when it does.
+    pub fn corruption(&self) -> Option<&Corruption> {
+        match self.evidence.as_deref() {
+            Some(Evidence::Corruption(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The kind of storage failure, when the error is one.
+    pub fn storage_kind(&self) -> Option<StorageKind> {
+        match self.evidence.as_deref() {
+            Some(Evidence::Storage(k)) => Some(*k),
+            None if self.code == ErrorCode::Storage => Some(StorageKind::Engine),
+            _ => None,
         }
     }
 
@@ -168,8 +250,9 @@ impl Error {
     /// file-system path (contract section 6): every word holding a `/` is cut to its last
     /// component.
     pub fn storage(context: &str, err: impl fmt::Display) -> Self {
-        Error::new(
+        Error::storage_failure(
             ErrorCode::Storage,
+            StorageKind::Engine,
             without_paths(&format!("{context}: {err}")),
         )
     }

@@ -99,7 +99,10 @@ pub fn verify(
                     let next = index::head(&derived).map(|h| h.size).unwrap_or(u64::MAX);
                     let applied = match rec {
                         Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
-                        _ => Err(Error::corrupt(format!("record {seq} cannot be indexed"))),
+                        _ => Err(Error::corrupt_at(
+                            seq,
+                            format!("record {seq} cannot be indexed"),
+                        )),
                     };
                     if let Err(e) = applied {
                         derive_error = Some(Problem::at(

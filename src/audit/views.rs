@@ -57,7 +57,10 @@ fn each_thread_record(
     if ledger.thread_head(thread_id)?.is_none() {
         return Err(Error::new(
             ErrorCode::ThreadNotFound,
-            format!("no thread {thread_id:?}"),
+            format!(
+                "no thread {q_thread_id}",
+                q_thread_id = crate::codec::quoted(thread_id)
+            ),
         ));
     }
     let mut after = None;

@@ -115,7 +115,11 @@ impl fmt::Display for JcsError {
                 "JSON nesting deeper than the limit of nested arrays/objects at byte offset {offset}"
             ),
             JcsError::DuplicateKey { offset, key } => {
-                write!(f, "duplicate object key {key:?} at byte offset {offset}")
+                write!(
+                    f,
+                    "duplicate object key {q_key} at byte offset {offset}",
+                    q_key = crate::codec::quoted(key)
+                )
             }
             JcsError::LoneSurrogate { offset } => {
                 write!(f, "lone UTF-16 surrogate escape at byte offset {offset}")

@@ -82,11 +82,19 @@ impl fmt::Display for NoteError {
         match self {
             NoteError::Malformed(reason) => write!(f, "malformed note: {reason}"),
             NoteError::InvalidSignature { key_name } => {
-                write!(f, "signature of trusted key {key_name:?} does not verify")
+                write!(
+                    f,
+                    "signature of trusted key {q_key_name} does not verify",
+                    q_key_name = crate::codec::quoted(key_name)
+                )
             }
             NoteError::NoVerifiedSignature => write!(f, "note has no signature by a trusted key"),
             NoteError::InvalidVerifierKey(reason) => write!(f, "invalid verifier key: {reason}"),
-            NoteError::InvalidKeyName(name) => write!(f, "invalid key name {name:?}"),
+            NoteError::InvalidKeyName(name) => write!(
+                f,
+                "invalid key name {q_name}",
+                q_name = crate::codec::quoted(name)
+            ),
         }
     }
 }

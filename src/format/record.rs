@@ -57,7 +57,11 @@ pub fn check_client_id(field: &str, s: &str) -> Result<()> {
     if s.starts_with(RESERVED_PREFIX) {
         return Err(Error::new(
             ErrorCode::InvalidIdentifier,
-            format!("{field} {s:?} uses the reserved prefix {RESERVED_PREFIX:?}"),
+            format!(
+                "{field} {q_s} uses the reserved prefix {q_RESERVED_PREFIX}",
+                q_s = crate::codec::quoted(s),
+                q_RESERVED_PREFIX = crate::codec::quoted(RESERVED_PREFIX)
+            ),
         ));
     }
     Ok(())
@@ -307,7 +311,10 @@ impl Record {
         ];
         for k in obj.keys() {
             if !FIELDS.contains(&k.as_str()) {
-                return Err(env(format!("unknown envelope field {k:?}")));
+                return Err(env(format!(
+                    "unknown envelope field {q_k}",
+                    q_k = crate::codec::quoted(k)
+                )));
             }
         }
         let v = get_u64(obj, "v")?;
@@ -321,9 +328,19 @@ impl Record {
         let seq = get_u64(obj, "seq")?;
         let prev = get_hash(obj, "prev")?;
         let ts_s = get_str(obj, "ts")?;
-        let ts = Timestamp::parse(&ts_s).map_err(|_| env(format!("ts {ts_s:?} is malformed")))?;
+        let ts = Timestamp::parse(&ts_s).map_err(|_| {
+            env(format!(
+                "ts {q_ts_s} is malformed",
+                q_ts_s = crate::codec::quoted(&ts_s)
+            ))
+        })?;
         let kind_s = get_str(obj, "kind")?;
-        let kind = Kind::parse(&kind_s).ok_or_else(|| env(format!("unknown kind {kind_s:?}")))?;
+        let kind = Kind::parse(&kind_s).ok_or_else(|| {
+            env(format!(
+                "unknown kind {q_kind_s}",
+                q_kind_s = crate::codec::quoted(&kind_s)
+            ))
+        })?;
         let thread_id = get_id(obj, "thread_id")?;
         let run_id = get_opt_id(obj, "run_id")?;
         let checkpoint_ns = get_str(obj, "checkpoint_ns")?;
@@ -349,7 +366,10 @@ impl Record {
             role: get_str(actor_obj, "role")?,
         };
         if !["agent", "reviewer", "auditor", "admin", "system"].contains(&actor.role.as_str()) {
-            return Err(env(format!("actor role {:?} is unknown", actor.role)));
+            return Err(env(format!(
+                "actor role {} is unknown",
+                crate::codec::quoted(&actor.role)
+            )));
         }
         let body = obj
             .get("body")
@@ -395,8 +415,12 @@ impl Record {
 }
 
 fn get<'a>(obj: &'a Map<String, Value>, k: &str) -> Result<&'a Value, LeafError> {
-    obj.get(k)
-        .ok_or_else(|| LeafError::Envelope(format!("missing field {k:?}")))
+    obj.get(k).ok_or_else(|| {
+        LeafError::Envelope(format!(
+            "missing field {q_k}",
+            q_k = crate::codec::quoted(k)
+        ))
+    })
 }
 
 fn get_u64(obj: &Map<String, Value>, k: &str) -> Result<u64, LeafError> {
@@ -499,15 +523,20 @@ fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
     for k in body.keys() {
         if !fields.iter().any(|(n, _)| n == k) {
             return Err(LeafError::Envelope(format!(
-                "unknown {} body field {k:?}",
-                kind.as_str()
+                "unknown {} body field {q_k}",
+                kind.as_str(),
+                q_k = crate::codec::quoted(k)
             )));
         }
     }
     for (name, ty) in fields {
-        let v = body
-            .get(*name)
-            .ok_or_else(|| LeafError::Envelope(format!("{} body lacks {name:?}", kind.as_str())))?;
+        let v = body.get(*name).ok_or_else(|| {
+            LeafError::Envelope(format!(
+                "{} body lacks {q_name}",
+                kind.as_str(),
+                q_name = crate::codec::quoted(name)
+            ))
+        })?;
         let ok = match ty {
             F::Str => v.is_string(),
             F::NonEmpty => v.as_str().is_some_and(|s| !s.trim().is_empty()),
@@ -522,8 +551,9 @@ fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
         };
         if !ok {
             return Err(LeafError::Envelope(format!(
-                "{} body field {name:?} has the wrong type",
-                kind.as_str()
+                "{} body field {q_name} has the wrong type",
+                kind.as_str(),
+                q_name = crate::codec::quoted(name)
             )));
         }
     }

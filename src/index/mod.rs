@@ -182,9 +182,13 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         return Ok(());
     }
     let mut st = request(view, rid)?.ok_or_else(|| {
-        Error::corrupt(format!(
-            "record {seq} names request {rid:?}, which has no interrupt before it"
-        ))
+        Error::corrupt_at(
+            seq,
+            format!(
+                "record {seq} names request {q_rid}, which has no interrupt before it",
+                q_rid = crate::codec::quoted(rid)
+            ),
+        )
     })?;
     let t = st.apply(r, seq);
     if t.closed {

@@ -27,9 +27,14 @@ pub fn leaf<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<Option<Vec<u8>>> {
 /// # Errors
 /// `corrupt_store`; storage errors.
 pub fn record<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash)> {
-    let leaf = leaf(l, seq)?
-        .ok_or_else(|| Error::corrupt(format!("an index names record {seq}, which is missing")))?;
-    let r = Record::from_leaf(&leaf).map_err(|e| Error::corrupt(format!("record {seq}: {e}")))?;
+    let leaf = leaf(l, seq)?.ok_or_else(|| {
+        Error::corrupt_at(
+            seq,
+            format!("an index names record {seq}, which is missing"),
+        )
+    })?;
+    let r = Record::from_leaf(&leaf)
+        .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
     Ok((r, merkle::leaf_hash(&leaf)))
 }
 

@@ -21,7 +21,10 @@ use crate::model::request::{
 use crate::model::state::{RequestState, may_decide, may_revoke};
 
 pub(super) fn not_found(rid: &str) -> Error {
-    Error::new(ErrorCode::RequestNotFound, format!("no request {rid:?}"))
+    Error::new(
+        ErrorCode::RequestNotFound,
+        format!("no request {q_rid}", q_rid = crate::codec::quoted(rid)),
+    )
 }
 
 pub(super) fn conflict(msg: impl Into<String>) -> Error {
@@ -134,7 +137,8 @@ impl Batch<'_, '_, '_> {
             let (stored, _) = self.stored(seq)?;
             if !self.same_interrupt(&stored, &req) {
                 return Err(idem_conflict(format!(
-                    "request {rid:?} already has a different interrupt (seq {seq})"
+                    "request {q_rid} already has a different interrupt (seq {seq})",
+                    q_rid = crate::codec::quoted(&rid)
                 )));
             }
             let st = self.state(&rid)?;
@@ -148,8 +152,9 @@ impl Batch<'_, '_, '_> {
                 return Err(Error::new(
                     ErrorCode::ReviewTtlTooLong,
                     format!(
-                        "review_ttl_seconds {t} exceeds the policy's review window of {} seconds for tool {:?}",
-                        policy.review_window_seconds, req.action.tool
+                        "review_ttl_seconds {t} exceeds the policy's review window of {} seconds for tool {}",
+                        policy.review_window_seconds,
+                        crate::codec::quoted(&req.action.tool)
                     ),
                 ));
             }
@@ -196,8 +201,9 @@ impl Batch<'_, '_, '_> {
         }
         may_decide(st.status).map_err(|e| {
             conflict(format!(
-                "request {rid:?} is {}; only an open request can be decided",
-                e.0.as_str()
+                "request {q_rid} is {}; only an open request can be decided",
+                e.0.as_str(),
+                q_rid = crate::codec::quoted(rid)
             ))
         })?;
         if !st
@@ -408,9 +414,7 @@ impl Batch<'_, '_, '_> {
             expires_at: owner_expiry,
         });
         decide::evaluate(rid, st, ticket, owner, digest, self.ts.micros()).map_err(|_| {
-            Error::corrupt(format!(
-                "the ticket of request {rid:?} is not its decision's (the requests index contradicts the tickets index)"
-            ))
+            Error::corrupt(format!("the ticket of request {q_rid} is not its decision's (the requests index contradicts the tickets index)", q_rid = crate::codec::quoted(rid)))
         })
     }
 
@@ -426,15 +430,17 @@ impl Batch<'_, '_, '_> {
             let (stored, _) = self.stored(seq)?;
             if stored.body_str("reason") != Some(req.reason.as_str()) {
                 return Err(idem_conflict(format!(
-                    "request {rid:?} was already revoked (seq {seq}) with another reason"
+                    "request {q_rid} was already revoked (seq {seq}) with another reason",
+                    q_rid = crate::codec::quoted(rid)
                 )));
             }
             return self.duplicate(seq, Extra::None);
         }
         may_revoke(st.status).map_err(|e| {
             conflict(format!(
-                "request {rid:?} is {}; only an open or approved request can be revoked",
-                e.0.as_str()
+                "request {q_rid} is {}; only an open or approved request can be revoked",
+                e.0.as_str(),
+                q_rid = crate::codec::quoted(rid)
             ))
         })?;
         let body = obj(json!({"reason": req.reason}));
@@ -464,8 +470,9 @@ impl Batch<'_, '_, '_> {
             let (stored, _) = self.stored(seq)?;
             if !super::replay::same_follow_up(&stored, &body, checkpoint_id.as_deref()) {
                 return Err(idem_conflict(format!(
-                    "follow-up {:?} of request {rid:?} is already recorded (seq {seq}) with other content",
-                    req.follow_up_id
+                    "follow-up {} of request {q_rid} is already recorded (seq {seq}) with other content",
+                    crate::codec::quoted(&req.follow_up_id),
+                    q_rid = crate::codec::quoted(rid)
                 )));
             }
             return self.duplicate(seq, Extra::None);
@@ -478,8 +485,9 @@ impl Batch<'_, '_, '_> {
             return Err(Error::new(
                 ErrorCode::UnknownFollows,
                 format!(
-                    "follows {} is not a record of request {rid:?}",
-                    hex_hash(&req.follows)
+                    "follows {} is not a record of request {q_rid}",
+                    hex_hash(&req.follows),
+                    q_rid = crate::codec::quoted(rid)
                 ),
             ));
         }

@@ -75,7 +75,7 @@ impl Ledger {
                 for item in records.by_ref().take(CHUNK as usize) {
                     let (_, leaf) = item?;
                     let r = Record::from_leaf(&leaf)
-                        .map_err(|e| Error::corrupt(format!("record {n}: {e}")))?;
+                        .map_err(|e| Error::corrupt_at(n, format!("record {n}: {e}")))?;
                     index::apply(&mut view, n, &merkle::leaf_hash(&leaf), &r)?;
                     n += 1;
                 }

@@ -22,7 +22,7 @@ pub use datadir::files;
 pub use op::{Appended, Extra, Grant, Op, Outcome, Refusal, ThreadPage};
 
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Corruption, Error, ErrorCode, Result};
 use crate::format::merkle;
 use crate::format::note::{Checkpoint, NoteSigner, NoteVerifier};
 use crate::format::record::{Record, hex_hash};
@@ -101,7 +101,8 @@ fn check_origin(origin: &str) -> Result<()> {
     Err(Error::new(
         ErrorCode::Usage,
         format!(
-            "origin {origin:?} must be 1 to 256 bytes with no whitespace, control character or '+'"
+            "origin {q_origin} must be 1 to 256 bytes with no whitespace, control character or '+'",
+            q_origin = crate::codec::quoted(origin)
         ),
     ))
 }
@@ -283,57 +284,98 @@ impl Ledger {
         let snap = self.engine.snapshot()?;
         let r: &dyn Read = &*snap;
         let head = index::head(r)?;
-        let refuse = |m: String| Err(Error::corrupt(format!("{m}; run `hitl-ledger verify`")));
+        let refuse = |m: String, evidence: Corruption| {
+            Err(Error::corrupt_with(
+                format!("{m}; run `hitl-ledger verify`"),
+                evidence,
+            ))
+        };
+        let at = |seq: u64| Corruption {
+            seq: Some(seq),
+            ..Corruption::default()
+        };
         let records = index::record_count(r)?;
         if records != head.size {
-            return refuse(format!(
-                "the index says {} records but the records end at {records}",
-                head.size
-            ));
+            return refuse(
+                format!(
+                    "the index says {} records but the records end at {records}",
+                    head.size
+                ),
+                at(records.min(head.size)),
+            );
         }
         let Some(cp) = self.latest_checkpoint_in(r)? else {
-            return refuse("no signed checkpoint is stored".into());
+            return refuse(
+                "no signed checkpoint is stored".into(),
+                Corruption::default(),
+            );
         };
         if cp.size != head.size {
-            return refuse(format!(
-                "the latest signed checkpoint covers {} records but the log holds {}",
-                cp.size, head.size
-            ));
+            return refuse(
+                format!(
+                    "the latest signed checkpoint covers {} records but the log holds {}",
+                    cp.size, head.size
+                ),
+                at(cp.size.min(head.size)),
+            );
         }
         if let Some(leaf) = index::last_leaf(r)? {
             let last = head.size - 1;
             let hash = merkle::leaf_hash(&leaf);
             if !merkle::hashes_equal(&hash, &head.last_hash) {
-                return refuse(format!(
-                    "record {last} has leaf hash {} but the head names {}",
-                    hex_hash(&hash),
-                    hex_hash(&head.last_hash)
-                ));
+                return refuse(
+                    format!(
+                        "record {last} has leaf hash {} but the head names {}",
+                        hex_hash(&hash),
+                        hex_hash(&head.last_hash)
+                    ),
+                    Corruption {
+                        seq: Some(last),
+                        expected: Some(head.last_hash),
+                        found: Some(hash),
+                    },
+                );
             }
             let ts = Record::from_leaf(&leaf)
-                .map_err(|e| Error::corrupt(format!("record {last}: {e}")))?
+                .map_err(|e| Error::corrupt_at(last, format!("record {last}: {e}")))?
                 .ts;
             if ts.micros() != head.last_ts {
-                return refuse(format!(
-                    "record {last} has ts {ts} but the head names another"
-                ));
+                return refuse(
+                    format!("record {last} has ts {ts} but the head names another"),
+                    at(last),
+                );
             }
             let proof = merkle::inclusion_proof(&Nodes(r), last, cp.size).map_err(|e| {
-                Error::corrupt(format!("the tree nodes cannot prove the last record: {e}"))
+                Error::corrupt_at(
+                    last,
+                    format!("the tree nodes cannot prove the last record: {e}"),
+                )
             })?;
             if merkle::verify_inclusion(&hash, last, cp.size, &proof, &cp.root).is_err() {
-                return refuse(format!(
-                    "record {last} is not in the tree of the latest signed checkpoint"
-                ));
+                return refuse(
+                    format!("record {last} is not in the tree of the latest signed checkpoint"),
+                    Corruption {
+                        seq: Some(last),
+                        expected: Some(cp.root),
+                        found: Some(hash),
+                    },
+                );
             }
         }
         let root = merkle::root(&Nodes(r), cp.size)
             .map_err(|e| Error::corrupt(format!("tree at checkpoint size: {e}")))?;
         if !merkle::hashes_equal(&root, &cp.root) {
-            return refuse(format!(
-                "the tree at size {} does not match the latest signed checkpoint",
-                cp.size
-            ));
+            return refuse(
+                format!(
+                    "the tree at size {} does not match the latest signed checkpoint",
+                    cp.size
+                ),
+                Corruption {
+                    seq: cp.size.checked_sub(1),
+                    expected: Some(cp.root),
+                    found: Some(root),
+                },
+            );
         }
         Ok(())
     }

@@ -163,7 +163,8 @@ impl Op {
             other => Err(Error::new(
                 ErrorCode::InvalidRequest,
                 format!(
-                    "unknown kind {other:?}: one of interrupt, decision, revoke, follow_up, authorize"
+                    "unknown kind {q_other}: one of interrupt, decision, revoke, follow_up, authorize",
+                    q_other = crate::codec::quoted(other)
                 ),
             )),
         }

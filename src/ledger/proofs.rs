@@ -57,7 +57,7 @@ impl Ledger {
         let proof = merkle::inclusion_proof(&Nodes(&*snap), seq, size)
             .map_err(|e| Error::corrupt(format!("inclusion proof: {e}")))?;
         let leaf = index::leaf(&*snap, seq)?
-            .ok_or_else(|| Error::corrupt(format!("record {seq} is missing")))?;
+            .ok_or_else(|| Error::corrupt_at(seq, format!("record {seq} is missing")))?;
         Ok(InclusionProof {
             seq,
             size,
@@ -93,7 +93,10 @@ impl Ledger {
         let thread_missing = || {
             Error::new(
                 ErrorCode::ThreadNotFound,
-                format!("no thread {thread_id:?}"),
+                format!(
+                    "no thread {q_thread_id}",
+                    q_thread_id = crate::codec::quoted(thread_id)
+                ),
             )
         };
         let snap = self.engine.snapshot()?;
@@ -117,7 +120,7 @@ impl Ledger {
                 continue;
             }
             let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
-                Error::corrupt(format!("thread index names missing record {seq}"))
+                Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
             })?;
             let proof = merkle::inclusion_proof(&nodes, seq, cp.size)
                 .map_err(|e| Error::corrupt(format!("inclusion proof: {e}")))?;
@@ -127,7 +130,10 @@ impl Ledger {
         let head = head.ok_or_else(|| {
             Error::new(
                 ErrorCode::ThreadNotFound,
-                format!("thread {thread_id:?} has no record covered by a checkpoint yet"),
+                format!(
+                    "thread {q_thread_id} has no record covered by a checkpoint yet",
+                    q_thread_id = crate::codec::quoted(thread_id)
+                ),
             )
         })?;
         let th = ThreadHead {

@@ -122,8 +122,12 @@ impl Ledger {
         let snap = self.engine.snapshot()?;
         let mut out = Vec::new();
         for (seq, rid) in index::open_requests(&*snap)? {
-            let st = index::request(&*snap, &rid)?
-                .ok_or_else(|| Error::corrupt(format!("pending names unknown request {rid:?}")))?;
+            let st = index::request(&*snap, &rid)?.ok_or_else(|| {
+                Error::corrupt(format!(
+                    "pending names unknown request {q_rid}",
+                    q_rid = crate::codec::quoted(&rid)
+                ))
+            })?;
             if st.status != Status::Open || now >= st.review_expires_at {
                 continue;
             }
@@ -167,10 +171,10 @@ impl Ledger {
                 break;
             }
             let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
-                Error::corrupt(format!("thread index names missing record {seq}"))
+                Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
             })?;
             let r = Record::from_leaf(&leaf)
-                .map_err(|e| Error::corrupt(format!("record {seq}: {e}")))?;
+                .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
             bytes += leaf.len();
             out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
         }

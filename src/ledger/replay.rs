@@ -98,13 +98,15 @@ impl Batch<'_, '_, '_> {
         };
         if stored_value != req.decision.as_str() {
             return Err(conflict(format!(
-                "request {rid:?} was already decided ({stored_value}, seq {seq})"
+                "request {q_rid} was already decided ({stored_value}, seq {seq})",
+                q_rid = crate::codec::quoted(rid)
             )));
         }
         let stored_rationale = stored.body_str("rationale").map(str::to_owned);
         if stored_rationale != req.rationale {
             return Err(idem_conflict(format!(
-                "request {rid:?} was already decided ({stored_value}, seq {seq}) with another rationale"
+                "request {q_rid} was already decided ({stored_value}, seq {seq}) with another rationale",
+                q_rid = crate::codec::quoted(rid)
             )));
         }
         let ticket_id = stored.body_str("ticket_id").unwrap_or_default().to_string();
@@ -137,7 +139,8 @@ impl Batch<'_, '_, '_> {
                 let digest2 = edited.digest(&self.ledger.id.key, &new_rid, st2.keyed());
                 if stored.body_str("edited_digest") != Some(digest2.as_str()) {
                     return Err(idem_conflict(format!(
-                        "request {rid:?} was already edited (seq {seq}) into another action"
+                        "request {q_rid} was already edited (seq {seq}) into another action",
+                        q_rid = crate::codec::quoted(rid)
                     )));
                 }
                 let d2 = st2

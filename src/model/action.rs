@@ -72,7 +72,10 @@ impl Action {
             .as_object()
             .ok_or_else(|| bad("action must be an object {\"tool\", \"args\"}"))?;
         if let Some(k) = obj.keys().find(|k| *k != "tool" && *k != "args") {
-            return Err(bad(&format!("action has an unknown field {k:?}")));
+            return Err(bad(&format!(
+                "action has an unknown field {q_k}",
+                q_k = crate::codec::quoted(k)
+            )));
         }
         let tool = obj
             .get("tool")
@@ -147,7 +150,12 @@ pub fn idempotency_key(origin: &str, request_id: &str) -> String {
 /// `invalid_redaction` for `""` (the whole arguments), a pointer not starting with `/`, or a
 /// `~` not followed by `0` or `1`.
 pub fn parse_pointer(p: &str) -> Result<Vec<String>> {
-    let bad = |m: &str| Error::new(ErrorCode::InvalidRedaction, format!("pointer {p:?}: {m}"));
+    let bad = |m: &str| {
+        Error::new(
+            ErrorCode::InvalidRedaction,
+            format!("pointer {q_p}: {m}", q_p = crate::codec::quoted(p)),
+        )
+    };
     if p.is_empty() {
         return Err(bad("the empty pointer would redact the whole arguments"));
     }
@@ -216,7 +224,10 @@ pub fn check_request_pointers(pointers: &[String]) -> Result<()> {
         if !seen.insert(p.as_str()) {
             return Err(Error::new(
                 ErrorCode::InvalidRedaction,
-                format!("pointer {p:?} is listed twice"),
+                format!(
+                    "pointer {q_p} is listed twice",
+                    q_p = crate::codec::quoted(p)
+                ),
             ));
         }
     }
@@ -252,7 +263,10 @@ pub fn redact(
         if !resolves(&action.args, &toks) {
             return Err(Error::new(
                 ErrorCode::InvalidRedaction,
-                format!("pointer {p:?} does not resolve in the action's args"),
+                format!(
+                    "pointer {q_p} does not resolve in the action's args",
+                    q_p = crate::codec::quoted(p)
+                ),
             ));
         }
         applied.insert(p.clone());

@@ -92,7 +92,11 @@ impl Fields {
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(Error::new(
                 ErrorCode::UnknownField,
-                format!("unknown field {k:?}; allowed: {}", allowed.join(", ")),
+                format!(
+                    "unknown field {q_k}; allowed: {}",
+                    allowed.join(", "),
+                    q_k = crate::codec::quoted(k)
+                ),
             ));
         }
         Ok(Fields { map })
@@ -104,15 +108,22 @@ impl Fields {
     }
 
     fn req(&self, k: &str) -> Result<&Value> {
-        self.opt(k)
-            .ok_or_else(|| Error::new(ErrorCode::MissingField, format!("missing field {k:?}")))
+        self.opt(k).ok_or_else(|| {
+            Error::new(
+                ErrorCode::MissingField,
+                format!("missing field {q_k}", q_k = crate::codec::quoted(k)),
+            )
+        })
     }
 
     fn str_of<'a>(&self, k: &str, v: &'a Value) -> Result<&'a str> {
         v.as_str().ok_or_else(|| {
             Error::new(
                 ErrorCode::InvalidRequest,
-                format!("field {k:?} must be a string"),
+                format!(
+                    "field {q_k} must be a string",
+                    q_k = crate::codec::quoted(k)
+                ),
             )
         })
     }
@@ -147,7 +158,10 @@ impl Fields {
         if s.trim().is_empty() {
             return Err(Error::new(
                 ErrorCode::InvalidRequest,
-                format!("field {k:?} must not be empty or only whitespace"),
+                format!(
+                    "field {q_k} must not be empty or only whitespace",
+                    q_k = crate::codec::quoted(k)
+                ),
             ));
         }
         Ok(s)
@@ -318,7 +332,10 @@ impl DecisionRequest {
         let decision = DecisionKind::parse(&d).ok_or_else(|| {
             Error::new(
                 ErrorCode::InvalidRequest,
-                format!("decision {d:?} is not \"approve\", \"edit\" or \"reject\""),
+                format!(
+                    "decision {q_d} is not \"approve\", \"edit\" or \"reject\"",
+                    q_d = crate::codec::quoted(&d)
+                ),
             )
         })?;
         let rationale = f.opt_str("rationale")?;
@@ -512,8 +529,8 @@ pub fn parse_ticket_id(s: &str) -> Result<uuid::Uuid> {
         Error::new(
             ErrorCode::InvalidTicketId,
             format!(
-                "ticket id {:?} is not a lowercase canonical UUID v7",
-                s.chars().take(80).collect::<String>()
+                "ticket id {} is not a lowercase canonical UUID v7",
+                crate::codec::quoted(&s.chars().take(80).collect::<String>())
             ),
         )
     };

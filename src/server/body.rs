@@ -44,7 +44,10 @@ pub(super) async fn read_json_body(
     if mime != "application/json" {
         return Err(Error::new(
             ErrorCode::UnsupportedMediaType,
-            format!("Content-Type must be application/json (got {:?})", mime),
+            format!(
+                "Content-Type must be application/json (got {})",
+                crate::codec::quoted(&mime)
+            ),
         ));
     }
     let declared = req

@@ -48,7 +48,10 @@ impl Role {
             "admin" => Ok(Role::Admin),
             _ => Err(Error::new(
                 ErrorCode::Usage,
-                format!("role {s:?} is not one of agent, reviewer, auditor, admin"),
+                format!(
+                    "role {q_s} is not one of agent, reviewer, auditor, admin",
+                    q_s = crate::codec::quoted(s)
+                ),
             )),
         }
     }

@@ -196,18 +196,17 @@ impl std::error::Error for StorageError {}
 
 impl From<StorageError> for crate::error::Error {
     fn from(e: StorageError) -> Self {
-        use crate::error::{Error, ErrorCode};
-        match e {
+        use crate::error::{Error, ErrorCode, StorageKind};
+        let (code, kind) = match &e {
             // The writer never overwrites a record of its own accord: the derived head and the
             // records disagree.
-            StorageError::AppendOnly { .. } => Error::corrupt(e.to_string()),
-            StorageError::Busy(_) | StorageError::Incompatible(_) => {
-                Error::new(ErrorCode::DataDir, e.to_string())
-            }
-            StorageError::Engine { .. } | StorageError::Retry(_) => {
-                Error::new(ErrorCode::Storage, e.to_string())
-            }
-        }
+            StorageError::AppendOnly { .. } => (ErrorCode::Corrupt, StorageKind::AppendOnly),
+            StorageError::Busy(_) => (ErrorCode::DataDir, StorageKind::Busy),
+            StorageError::Incompatible(_) => (ErrorCode::DataDir, StorageKind::Incompatible),
+            StorageError::Engine { .. } => (ErrorCode::Storage, StorageKind::Engine),
+            StorageError::Retry(_) => (ErrorCode::Storage, StorageKind::Retry),
+        };
+        Error::storage_failure(code, kind, e.to_string())
     }
 }
 
@@ -380,4 +379,27 @@ pub trait Engine: Send + Sync + fmt::Debug {
     /// A short description for messages (`rocksdb`, `memory`, a database name): never a path
     /// or a password.
     fn describe(&self) -> String;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Error, ErrorCode, StorageKind};
+
+    #[test]
+    fn storage_errors_keep_their_kind() {
+        let e: Error = StorageError::engine("commit", "disk on fire").into();
+        assert_eq!(e.code(), ErrorCode::Storage);
+        assert_eq!(e.storage_kind(), Some(StorageKind::Engine));
+        let e: Error = StorageError::AppendOnly {
+            keyspace: Keyspace::Records,
+            key: vec![1],
+        }
+        .into();
+        assert_eq!(e.code(), ErrorCode::Corrupt);
+        assert_eq!(e.storage_kind(), Some(StorageKind::AppendOnly));
+        let e: Error = StorageError::Incompatible("another origin".into()).into();
+        assert_eq!(e.storage_kind(), Some(StorageKind::Incompatible));
+        assert!(e.corruption().is_none());
+    }
 }

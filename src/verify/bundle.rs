@@ -78,8 +78,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         return Err(Problem::global(
             ProblemCode::VerifierKeyMismatch,
             format!(
-                "the bundle names verifier key {:?}, not the trusted {key:?}",
-                b.verifier_key
+                "the bundle names verifier key {}, not the trusted {q_key}",
+                crate::codec::quoted(&b.verifier_key),
+                q_key = crate::codec::quoted(key)
             ),
         ));
     }
@@ -87,9 +88,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         return Err(Problem::global(
             ProblemCode::OriginMismatch,
             format!(
-                "the bundle's origin {:?} is not the key's name {:?}",
-                b.origin,
-                verifier.name()
+                "the bundle's origin {} is not the key's name {}",
+                crate::codec::quoted(&b.origin),
+                crate::codec::quoted(verifier.name())
             ),
         ));
     }
@@ -103,8 +104,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         return Err(Problem::global(
             ProblemCode::CheckpointBody,
             format!(
-                "the checkpoint's origin {:?} is not the bundle's {:?}",
-                cp.origin, b.origin
+                "the checkpoint's origin {} is not the bundle's {}",
+                crate::codec::quoted(&cp.origin),
+                crate::codec::quoted(&b.origin)
             ),
         ));
     }
@@ -170,8 +172,10 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             return Err(at(
                 ProblemCode::RecordOrigin,
                 format!(
-                    "record {} has origin {:?}, the bundle's is {:?}",
-                    e.seq, r.origin, b.origin
+                    "record {} has origin {}, the bundle's is {}",
+                    e.seq,
+                    crate::codec::quoted(&r.origin),
+                    crate::codec::quoted(&b.origin)
                 ),
             ));
         }
@@ -179,8 +183,10 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             return Err(at(
                 ProblemCode::RecordThread,
                 format!(
-                    "record {} is in thread {:?}, the bundle's is {:?}",
-                    e.seq, r.thread_id, b.thread_id
+                    "record {} is in thread {}, the bundle's is {}",
+                    e.seq,
+                    crate::codec::quoted(&r.thread_id),
+                    crate::codec::quoted(&b.thread_id)
                 ),
             ));
         }
@@ -231,8 +237,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
     let mismatch = |m: String| Problem::global(ProblemCode::ThreadHeadMismatch, m);
     if th.origin != b.origin || th.thread_id != b.thread_id {
         return Err(mismatch(format!(
-            "the thread head is for {:?} in {:?}",
-            th.thread_id, th.origin
+            "the thread head is for {} in {}",
+            crate::codec::quoted(&th.thread_id),
+            crate::codec::quoted(&th.origin)
         )));
     }
     if th.tree != cp.size {

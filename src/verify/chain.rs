@@ -115,8 +115,9 @@ impl ChainCheck {
             return Err(Problem::global(
                 origin,
                 format!(
-                    "checkpoint origin is {:?}, expected {:?}",
-                    cp.origin, self.origin
+                    "checkpoint origin is {}, expected {}",
+                    crate::codec::quoted(&cp.origin),
+                    crate::codec::quoted(&self.origin)
                 ),
             ));
         }
@@ -219,8 +220,9 @@ impl ChainCheck {
                 ProblemCode::RecordOrigin,
                 ks,
                 format!(
-                    "record {ks} has origin {:?}, expected {:?}",
-                    r.origin, self.origin
+                    "record {ks} has origin {}, expected {}",
+                    crate::codec::quoted(&r.origin),
+                    crate::codec::quoted(&self.origin)
                 ),
             ));
         }
@@ -264,8 +266,9 @@ impl ChainCheck {
                 ProblemCode::ThreadGap,
                 ks,
                 format!(
-                    "record {ks} has thread_seq {} in thread {:?}, expected {count}",
-                    r.thread_seq, r.thread_id
+                    "record {ks} has thread_seq {} in thread {}, expected {count}",
+                    r.thread_seq,
+                    crate::codec::quoted(&r.thread_id)
                 ),
             ));
         }

@@ -81,7 +81,10 @@ impl RuleReplay {
         let ts = r.ts.micros();
         if r.kind == Kind::Interrupt {
             if self.requests.contains_key(rid) {
-                return Some(format!("rule 1: a second interrupt of request {rid:?}"));
+                return Some(format!(
+                    "rule 1: a second interrupt of request {q_rid}",
+                    q_rid = crate::codec::quoted(rid)
+                ));
             }
             self.requests.insert(
                 rid.to_string(),
@@ -96,26 +99,32 @@ impl RuleReplay {
         }
         let Some(req) = self.requests.get(rid) else {
             return Some(format!(
-                "rule 2: a {} of request {rid:?}, which has no interrupt before it",
-                r.kind.as_str()
+                "rule 2: a {} of request {q_rid}, which has no interrupt before it",
+                r.kind.as_str(),
+                q_rid = crate::codec::quoted(rid)
             ));
         };
         match r.kind {
             Kind::Decision | Kind::Rejection => {
                 if let Some(c) = req.closed {
                     return Some(format!(
-                        "rule 3a: a second closing record of request {rid:?} (it was {})",
-                        closed_name(c)
+                        "rule 3a: a second closing record of request {q_rid} (it was {})",
+                        closed_name(c),
+                        q_rid = crate::codec::quoted(rid)
                     ));
                 }
                 if ts >= req.deadline {
                     return Some(format!(
-                        "rule 3b: a closing record of request {rid:?} at or after the review deadline"
+                        "rule 3b: a closing record of request {q_rid} at or after the review deadline",
+                        q_rid = crate::codec::quoted(rid)
                     ));
                 }
                 let ticket = r.body_str("ticket_id").unwrap_or_default().to_string();
                 if self.tickets.contains_key(&ticket) {
-                    return Some(format!("rule 3: ticket {ticket:?} is issued a second time"));
+                    return Some(format!(
+                        "rule 3: ticket {q_ticket} is issued a second time",
+                        q_ticket = crate::codec::quoted(&ticket)
+                    ));
                 }
                 let issuer = match (r.kind, r.body_str("decision")) {
                     (Kind::Rejection, _) => Issuer::Reject,
@@ -144,18 +153,21 @@ impl RuleReplay {
             Kind::Timeout => {
                 if let Some(c) = req.closed {
                     return Some(format!(
-                        "rule 4a: a second closing record of request {rid:?} (it was {})",
-                        closed_name(c)
+                        "rule 4a: a second closing record of request {q_rid} (it was {})",
+                        closed_name(c),
+                        q_rid = crate::codec::quoted(rid)
                     ));
                 }
                 if ts < req.deadline {
                     return Some(format!(
-                        "rule 4b: a timeout of request {rid:?} before the review deadline"
+                        "rule 4b: a timeout of request {q_rid} before the review deadline",
+                        q_rid = crate::codec::quoted(rid)
                     ));
                 }
                 if micros(r, "expires_at") != Some(req.deadline) {
                     return Some(format!(
-                        "rule 4c: a timeout of request {rid:?} naming another deadline"
+                        "rule 4c: a timeout of request {q_rid} naming another deadline",
+                        q_rid = crate::codec::quoted(rid)
                     ));
                 }
                 self.close(rid, Closed::TimedOut, false);
@@ -163,7 +175,8 @@ impl RuleReplay {
             }
             Kind::Revocation => match (req.closed, req.revoked) {
                 (None, _) if ts >= req.deadline => Some(format!(
-                    "rule 5a: a revocation of the overdue request {rid:?}"
+                    "rule 5a: a revocation of the overdue request {q_rid}",
+                    q_rid = crate::codec::quoted(rid)
                 )),
                 (None, _) => {
                     self.close(rid, Closed::RevokedOpen, true);
@@ -174,12 +187,13 @@ impl RuleReplay {
                     None
                 }
                 (Some(c), revoked) => Some(format!(
-                    "rule 5c: a revocation of request {rid:?}, which is {}",
+                    "rule 5c: a revocation of request {q_rid}, which is {}",
                     if revoked {
                         "already revoked"
                     } else {
                         closed_name(c)
-                    }
+                    },
+                    q_rid = crate::codec::quoted(rid)
                 )),
             },
             Kind::Authorization => self.grant(r, rid, ts),
@@ -188,7 +202,8 @@ impl RuleReplay {
                 match follows.and_then(|h| self.records.get(&h)) {
                     Some(owner) if owner == rid => None,
                     _ => Some(format!(
-                        "rule 7: a follow-up of request {rid:?} that follows a record of another request"
+                        "rule 7: a follow-up of request {q_rid} that follows a record of another request",
+                        q_rid = crate::codec::quoted(rid)
                     )),
                 }
             }
@@ -212,27 +227,34 @@ impl RuleReplay {
             .filter(|t| t.request == rid && t.issuer == Issuer::Approve);
         let Some(ticket) = ticket else {
             return Some(format!(
-                "rule 6a: a grant of ticket {ticket_id:?}, which no approval of request {rid:?} issued"
+                "rule 6a: a grant of ticket {q_ticket_id}, which no approval of request {q_rid} issued",
+                q_ticket_id = crate::codec::quoted(ticket_id),
+                q_rid = crate::codec::quoted(rid)
             ));
         };
         if r.body_str("action_digest") != Some(req.digest.as_str()) {
             return Some(format!(
-                "rule 6b: a grant in request {rid:?} whose digest is not the approved one"
+                "rule 6b: a grant in request {q_rid} whose digest is not the approved one",
+                q_rid = crate::codec::quoted(rid)
             ));
         }
         if ticket.expires_at.is_none_or(|e| ts >= e) {
             return Some(format!(
-                "rule 6c: a grant of ticket {ticket_id:?} at or after the approval's expires_at"
+                "rule 6c: a grant of ticket {q_ticket_id} at or after the approval's expires_at",
+                q_ticket_id = crate::codec::quoted(ticket_id)
             ));
         }
         if req.revoked {
             return Some(format!(
-                "rule 6d: a grant of ticket {ticket_id:?} after request {rid:?} was revoked"
+                "rule 6d: a grant of ticket {q_ticket_id} after request {q_rid} was revoked",
+                q_ticket_id = crate::codec::quoted(ticket_id),
+                q_rid = crate::codec::quoted(rid)
             ));
         }
         if ticket.used {
             return Some(format!(
-                "rule 6e: a second real grant of ticket {ticket_id:?}"
+                "rule 6e: a second real grant of ticket {q_ticket_id}",
+                q_ticket_id = crate::codec::quoted(ticket_id)
             ));
         }
         if let Some(t) = self.tickets.get_mut(ticket_id) {

@@ -41,8 +41,9 @@ pub fn check_trusted(
         return Some(Problem::global(
             ProblemCode::TrustedOrigin,
             format!(
-                "the trusted checkpoint is for {:?}, not {origin:?}",
-                t.origin
+                "the trusted checkpoint is for {}, not {q_origin}",
+                crate::codec::quoted(&t.origin),
+                q_origin = crate::codec::quoted(origin)
             ),
         ));
     }

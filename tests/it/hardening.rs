@@ -467,6 +467,11 @@ fn regression_a_rewritten_last_record_makes_the_ledger_refuse_writes() {
         "{}",
         e.message()
     );
+    // The evidence travels as data: the record, the head's hash and the stored one.
+    let c = e.corruption().expect("a corruption with its evidence");
+    assert_eq!(c.seq, Some(n - 1));
+    assert_eq!(c.found, Some(hitl_ledger::format::merkle::leaf_hash(&leaf)));
+    assert!(c.expected.is_some() && c.expected != c.found);
     assert_eq!(f.size(), n);
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The rank of each top-level module.
 const RANKS: [(&str, u8); 12] = [
     ("error", 0),
-    ("codec", 1),
+    ("codec", 0),
     ("clock", 1),
     ("format", 2),
     ("storage", 2),

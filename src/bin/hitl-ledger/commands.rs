@@ -147,7 +147,11 @@ fn init(dir: &Path, f: Format, origin: &str) -> Result<Outcome> {
             &json!({"verifier_key": init.verifier_key, "data": dir, "checkpoint": init.checkpoint}),
         );
     } else {
-        eprintln!("initialized ledger {origin:?} in {}", dir.display());
+        eprintln!(
+            "initialized ledger {q_origin} in {}",
+            dir.display(),
+            q_origin = hitl_ledger::codec::quoted(origin)
+        );
         out(&init.verifier_key);
     }
     Ok(Outcome::Done)
@@ -548,7 +552,11 @@ fn append_lines(ledger: &Ledger, file: &str, batch: usize, actor: &Actor) -> Res
 
 fn init_for_serve(dir: &Path, origin: &str, tokens: Option<&Path>) -> Result<()> {
     let i = Ledger::init(dir, origin)?;
-    eprintln!("initialized ledger {origin:?} in {}", dir.display());
+    eprintln!(
+        "initialized ledger {q_origin} in {}",
+        dir.display(),
+        q_origin = hitl_ledger::codec::quoted(origin)
+    );
     eprintln!("verifier key: {}", i.verifier_key);
     let tokens_path = tokens
         .map(Path::to_path_buf)
