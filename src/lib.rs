@@ -6,13 +6,14 @@
 //!
 //! | rank | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`], [`codec`], [`clock`] | error codes and HTTP statuses; byte codecs; time |
-//! | 1 | [`format`], [`storage`] | pure bytes; storage engines |
-//! | 2 | [`model`], [`verify`] | pure semantics; pure verification |
-//! | 3 | [`index`] | derived state |
-//! | 4 | [`ledger`] | the writer, the gate, reads, proofs |
-//! | 5 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
-//! | 6 | [`server`] | the HTTP API |
+//! | 0 | [`error`], [`codec`] | error codes and the HTTP status table; byte codecs |
+//! | 1 | [`clock`] | time |
+//! | 2 | [`format`], [`storage`] | pure bytes; storage engines |
+//! | 3 | [`model`], [`verify`] | pure semantics; pure verification |
+//! | 4 | [`index`] | derived state |
+//! | 5 | [`ledger`] | the writer, the gate, reads, proofs |
+//! | 6 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
+//! | 7 | [`server`] | the HTTP API |
 //!
 //! The protocol is `docs/protocol.md`; the storage layout is `docs/format.md`.
 #![deny(missing_docs)]

@@ -16,7 +16,7 @@ use crate::format::note::Checkpoint;
 use crate::format::record::{Actor, Kind, Record, ZERO_HASH};
 use crate::index::{self, View};
 use crate::model::state::RequestState;
-use crate::storage::{Changes, Durability, Engine, StorageError};
+use crate::storage::{Durability, Engine, StorageError};
 
 /// How many times a batch is re-run after the engine answered `Retry` before it fails.
 const MAX_RETRIES: usize = 16;
@@ -28,12 +28,11 @@ const MAX_RETRIES: usize = 16;
 pub(super) fn sign_empty(engine: &dyn Engine, id: &Identity) -> Result<String> {
     let note = sign(id, 0, merkle::empty_root())?;
     let txn = engine.begin_write()?;
-    let mut changes = Changes::new();
-    changes.put(
-        crate::storage::Keyspace::Checkpoints,
-        crate::codec::be(0).to_vec(),
-        note.clone().into_bytes(),
-    );
+    let changes = {
+        let mut view = View::new(&*txn);
+        index::put_checkpoint(&mut view, 0, note.clone().into_bytes());
+        view.take()
+    };
     txn.commit(changes, Durability::Synced)?;
     Ok(note)
 }

@@ -7,6 +7,7 @@ mod args;
 mod commands;
 mod exit;
 mod output;
+mod serve;
 mod user;
 
 fn main() {
