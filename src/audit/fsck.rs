@@ -11,6 +11,7 @@ use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
 use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
+use crate::storage::memory::MemoryEngine;
 use crate::storage::rocks::RocksEngine;
 use crate::storage::{Durability, Engine, Keyspace, Read};
 use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, compare_index, sort_problems};
@@ -18,39 +19,42 @@ use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, compare_inde
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 10_000;
 
-/// The scratch database of one check, removed when dropped (also on an early return).
+/// Where one check re-derives the indexes: a RocksDB database beside a ledger opened from a
+/// data directory (removed when dropped, also on an early return), memory for a ledger on any
+/// other engine (the tests' in-memory ledgers).
 struct Scratch {
-    engine: Option<RocksEngine>,
-    path: PathBuf,
+    engine: Option<Box<dyn Engine>>,
+    path: Option<PathBuf>,
 }
 
 impl Scratch {
     fn create(ledger: &Ledger) -> Result<Scratch> {
-        let path = match ledger.dir() {
-            Some(d) => d.join("verify-scratch"),
-            None => {
-                let mut r = [0u8; 8];
-                getrandom::fill(&mut r).map_err(|e| Error::storage("random", e))?;
-                std::env::temp_dir().join(format!("hitl-ledger-verify-{}", hex::encode(r)))
-            }
+        let Some(dir) = ledger.dir() else {
+            return Ok(Scratch {
+                engine: Some(Box::new(MemoryEngine::new())),
+                path: None,
+            });
         };
+        let path = dir.join("verify-scratch");
         let _ = std::fs::remove_dir_all(&path);
         let engine = RocksEngine::open(&path, true)?;
         Ok(Scratch {
-            engine: Some(engine),
-            path,
+            engine: Some(Box::new(engine)),
+            path: Some(path),
         })
     }
 
-    fn engine(&self) -> &RocksEngine {
-        self.engine.as_ref().expect("open until dropped")
+    fn engine(&self) -> &dyn Engine {
+        self.engine.as_deref().expect("open until dropped")
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         drop(self.engine.take());
-        let _ = std::fs::remove_dir_all(&self.path);
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_dir_all(p);
+        }
     }
 }
 

@@ -5,12 +5,15 @@ mod raw;
 mod util;
 
 mod cli;
+mod crash;
 mod faults;
+mod fuzz;
 mod gate;
 mod golden;
 mod hardening;
 mod layering;
 mod ledger;
+mod model;
 mod rules;
 mod schemas;
 mod server;
