@@ -91,6 +91,12 @@ impl fmt::Display for Timestamp {
 pub trait Clock: Send + Sync {
     /// The current instant.
     fn now(&self) -> Timestamp;
+
+    /// True for a clock a test injects: it is then the only time, also where the storage
+    /// engine has a clock of its own (a database server's), which otherwise wins.
+    fn is_injected(&self) -> bool {
+        false
+    }
 }
 
 /// The system clock in UTC.
@@ -130,6 +136,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         Timestamp::from_micros(self.0.load(Ordering::SeqCst))
+    }
+
+    fn is_injected(&self) -> bool {
+        true
     }
 }
 

@@ -167,6 +167,8 @@ pub enum StorageKind {
     AppendOnly,
     /// The engine asked for the batch to be re-run, too many times.
     Retry,
+    /// The engine cannot be reached now; nothing happened (503, retry later).
+    Unavailable,
     /// Another process holds the engine.
     Busy,
     /// The engine holds another ledger or another policy.

@@ -179,11 +179,26 @@ pub fn decode_signer_key(text: &str) -> Result<NoteSigner> {
     Ok(signer)
 }
 
+/// Where the ledger's records live.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum EngineConfig {
+    /// RocksDB in `DIR/db` (one server).
+    #[default]
+    Rocks,
+    /// A PostgreSQL database shared by any number of servers.
+    Postgres {
+        /// The connection URL, `postgres://user[:password]@host[:port]/database`.
+        url: String,
+    },
+}
+
 /// What the configuration file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The log's origin.
     pub origin: String,
+    /// The storage engine.
+    pub engine: EngineConfig,
 }
 
 /// Writes the configuration (the last file `init` writes: a directory without it is not a
@@ -192,7 +207,14 @@ pub struct Config {
 /// # Errors
 /// Storage errors.
 pub fn write_config(dir: &Path, config: &Config) -> Result<()> {
-    let v = json!({"format": CONFIG_FORMAT, "origin": config.origin});
+    let v = match &config.engine {
+        EngineConfig::Rocks => json!({"format": CONFIG_FORMAT, "origin": config.origin}),
+        EngineConfig::Postgres { url } => json!({
+            "format": CONFIG_FORMAT,
+            "origin": config.origin,
+            "engine": {"kind": "postgres", "url": url},
+        }),
+    };
     std::fs::write(dir.join(files::CONFIG), format!("{v}\n"))?;
     Ok(())
 }
@@ -234,7 +256,22 @@ pub fn read_config(dir: &Path) -> Result<Config> {
         .filter(|o| valid_origin(o))
         .ok_or_else(|| Error::new(ErrorCode::DataDir, "ledger.json: invalid origin"))?
         .to_string();
-    Ok(Config { origin })
+    let engine = match config.get("engine") {
+        None => EngineConfig::Rocks,
+        Some(e) => match (e["kind"].as_str(), e["url"].as_str()) {
+            (Some("rocksdb"), _) => EngineConfig::Rocks,
+            (Some("postgres"), Some(url)) => EngineConfig::Postgres {
+                url: url.to_string(),
+            },
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::DataDir,
+                    "ledger.json: \"engine\" must be {\"kind\": \"rocksdb\"} or {\"kind\": \"postgres\", \"url\": URL}",
+                ));
+            }
+        },
+    };
+    Ok(Config { origin, engine })
 }
 
 /// The signing key of the data directory, checked against the origin.

@@ -18,7 +18,7 @@ mod sequencer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-pub use datadir::files;
+pub use datadir::{EngineConfig, files};
 pub use op::{Appended, Extra, Grant, Op, Outcome, Refusal, ThreadPage};
 
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -29,6 +29,7 @@ use crate::format::record::{Record, hex_hash};
 use crate::index::{self, Nodes};
 use crate::model::action::RedactionKey;
 use crate::model::policy::Policy;
+use crate::storage::postgres::{LedgerRow, PgEngine};
 use crate::storage::rocks::RocksEngine;
 use crate::storage::{Engine, Read};
 use datadir::{Config, DirLock};
@@ -94,6 +95,15 @@ impl Identity {
     }
 }
 
+/// What a PostgreSQL database records of the ledger a server may write to.
+fn ledger_row(id: &Identity) -> LedgerRow {
+    LedgerRow {
+        origin: id.origin.clone(),
+        verifier_key: id.signer.verifier_key(),
+        policy_sha256: id.policy.fingerprint(),
+    }
+}
+
 fn check_origin(origin: &str) -> Result<()> {
     if crate::format::note::valid_origin(origin) {
         return Ok(());
@@ -137,6 +147,17 @@ impl Ledger {
     /// # Errors
     /// `usage` for an invalid origin; `data_dir` when `dir` already holds a ledger; storage errors.
     pub fn init(dir: &Path, origin: &str) -> Result<Initialized> {
+        Ledger::init_with(dir, origin, EngineConfig::Rocks)
+    }
+
+    /// Creates a ledger in `dir` whose records live in `engine`: for PostgreSQL, the schema is
+    /// created in the (empty) database and the ledger's row records the origin, the verifier
+    /// key and the policy's fingerprint. The keys and the redaction secret stay files in
+    /// `dir`; other servers of the same ledger get a copy of `dir`.
+    ///
+    /// # Errors
+    /// As [`Ledger::init`]; `data_dir` when the database already holds a ledger.
+    pub fn init_with(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Initialized> {
         check_origin(origin)?;
         datadir::private_umask();
         std::fs::create_dir_all(dir)
@@ -179,21 +200,32 @@ impl Ledger {
             dir.join(files::VERIFIER_KEY),
             format!("{}\n", signer.verifier_key()),
         )?;
-        let engine = RocksEngine::open(&dir.join(files::DB), true)?;
+        let policy = Policy::load(&dir.join(files::POLICY))?;
         let id = Identity {
             origin: origin.to_string(),
             signer,
             key: RedactionKey::from_bytes(key),
-            policy: Policy::default(),
+            policy,
             clock: Arc::new(SystemClock),
         };
-        let checkpoint = sequencer::sign_empty(&engine, &id)?;
-        drop(engine);
+        let checkpoint = match &engine {
+            EngineConfig::Rocks => {
+                let e = RocksEngine::open(&dir.join(files::DB), true)?;
+                sequencer::sign_empty(&e, &id)?
+            }
+            EngineConfig::Postgres { url } => {
+                let row = ledger_row(&id);
+                PgEngine::create(url, &row)?;
+                let e = PgEngine::open(url, row)?;
+                sequencer::sign_empty(&e, &id)?
+            }
+        };
         // The config is written last: a directory without it is not a ledger yet.
         datadir::write_config(
             dir,
             &Config {
                 origin: origin.to_string(),
+                engine,
             },
         )?;
         Ok(Initialized {
@@ -230,12 +262,6 @@ impl Ledger {
         } else {
             Policy::default()
         };
-        let engine = RocksEngine::open(&dir.join(files::DB), false).map_err(|e| {
-            Error::new(
-                ErrorCode::DataDir,
-                format!("{}: {e}", dir.join(files::DB).display()),
-            )
-        })?;
         let id = Identity {
             origin: config.origin,
             signer,
@@ -243,10 +269,59 @@ impl Ledger {
             policy,
             clock: opts.clock,
         };
-        let mut ledger = Ledger::on_engine(Box::new(engine), id)?;
+        let mut mismatch = None;
+        let engine: Box<dyn Engine> = match &config.engine {
+            EngineConfig::Rocks => {
+                Box::new(RocksEngine::open(&dir.join(files::DB), false).map_err(|e| {
+                    Error::new(
+                        ErrorCode::DataDir,
+                        format!("{}: {e}", dir.join(files::DB).display()),
+                    )
+                })?)
+            }
+            EngineConfig::Postgres { url } => {
+                let e = PgEngine::open(url, ledger_row(&id))?;
+                mismatch = e.mismatch()?;
+                Box::new(e)
+            }
+        };
+        let mut ledger = Ledger::on_engine(engine, id)?;
+        if let Some(m) = mismatch {
+            // A server whose key or policy differs from the database's reads, never writes.
+            ledger.unwritable = Some(Error::storage_failure(
+                ErrorCode::DataDir,
+                crate::error::StorageKind::Incompatible,
+                m,
+            ));
+        }
         ledger.dir = Some(dir.to_path_buf());
         ledger._lock = Some(lock);
         Ok(ledger)
+    }
+
+    /// Records the policy of the data directory `dir` as the one the servers of its
+    /// PostgreSQL ledger must run (their writes are refused while theirs differs).
+    ///
+    /// # Errors
+    /// `usage` for a ledger on RocksDB (one server: its policy file is the policy);
+    /// `data_dir` when the origin or key differ from the database's; storage errors.
+    pub fn adopt_policy(dir: &Path) -> Result<()> {
+        let config = datadir::read_config(dir)?;
+        let EngineConfig::Postgres { url } = &config.engine else {
+            return Err(Error::new(
+                ErrorCode::Usage,
+                "only a ledger on PostgreSQL records its policy; on RocksDB, policy.json is the policy",
+            ));
+        };
+        let signer = datadir::read_signer(dir, &config.origin)?;
+        let policy = Policy::load(&dir.join(files::POLICY))?;
+        let row = LedgerRow {
+            origin: config.origin.clone(),
+            verifier_key: signer.verifier_key(),
+            policy_sha256: policy.fingerprint(),
+        };
+        PgEngine::open(url, row)?.adopt_policy()?;
+        Ok(())
     }
 
     /// A ledger over any engine: signs the size-0 checkpoint when the engine is empty, then

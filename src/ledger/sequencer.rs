@@ -204,7 +204,13 @@ impl Ledger {
         let (results, appended, changes) = {
             let mut view = View::new(&*txn);
             let head = index::head(&view).map_err(BatchError::Failed)?;
-            let now = engine_now.unwrap_or_else(|| self.id.clock.now());
+            // The engine's clock where it has one (servers sharing a database agree on every
+            // deadline), unless a test injected the only time there is.
+            let clock = &self.id.clock;
+            let now = match engine_now {
+                Some(t) if !clock.is_injected() => t,
+                _ => clock.now(),
+            };
             let ts = Timestamp::from_micros(now.micros().max(head.last_ts));
             let mut batch = Batch {
                 ledger: self,
@@ -239,7 +245,13 @@ impl Ledger {
                 Ok(results)
             }
             Err(StorageError::Retry(_)) => Err(BatchError::Retry),
-            Err(e @ StorageError::AppendOnly { .. }) => Err(BatchError::Failed(e.into())),
+            // Refused before anything was applied: no unknown outcome, nothing to recover from.
+            Err(
+                e @ (StorageError::AppendOnly { .. }
+                | StorageError::Unavailable(_)
+                | StorageError::Incompatible(_)
+                | StorageError::Busy(_)),
+            ) => Err(BatchError::Failed(e.into())),
             Err(e) => {
                 // The batch may or may not be durable (a failed sync can leave it on disk):
                 // accept nothing more until the store is reopened and its head checked.

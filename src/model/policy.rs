@@ -157,6 +157,31 @@ impl Policy {
         Policy::parse(&text)
     }
 
+    /// A fingerprint of what the policy decides: lowercase hex SHA-256 of the canonical JSON
+    /// of the resolved default and of each tool's resolved policy. Two policy files that
+    /// decide the same (whatever their spelling) have the same fingerprint; servers sharing
+    /// one database must run policies of one fingerprint.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let resolved = |p: &ToolPolicy| {
+            let mut redact = p.redact.clone();
+            redact.sort();
+            serde_json::json!({
+                "review_window_seconds": p.review_window_seconds,
+                "approval_ttl_seconds": p.approval_ttl_seconds,
+                "mode": p.mode.as_str(),
+                "redact": redact,
+            })
+        };
+        let tools: serde_json::Map<String, serde_json::Value> = self
+            .tools
+            .keys()
+            .map(|t| (t.clone(), resolved(&self.for_tool(t))))
+            .collect();
+        let doc = serde_json::json!({"default": resolved(&self.default), "tools": tools});
+        hex::encode(Sha256::digest(crate::format::jcs::to_vec(&doc)))
+    }
+
     /// The resolved policy of `tool`: its entry over the default, `redact` added to the default's.
     pub fn for_tool(&self, tool: &str) -> ToolPolicy {
         let mut p = self.default.clone();
@@ -201,6 +226,18 @@ mod tests {
             p.for_tool("t").redact,
             vec!["/pin".to_string(), "/x".to_string()]
         );
+    }
+
+    #[test]
+    fn the_fingerprint_follows_what_the_policy_decides() {
+        let a = Policy::parse(r#"{"default": {"approval_ttl_seconds": 60}}"#).unwrap();
+        let b =
+            Policy::parse(r#"{ "default" : { "approval_ttl_seconds" : 60, "mode": "enforce" } }"#)
+                .unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let c = Policy::parse(r#"{"default": {"approval_ttl_seconds": 61}}"#).unwrap();
+        assert_ne!(a.fingerprint(), c.fingerprint());
+        assert_eq!(a.fingerprint().len(), 64);
     }
 
     #[test]

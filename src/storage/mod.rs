@@ -24,6 +24,7 @@
 pub mod conformance;
 pub mod faulty;
 pub mod memory;
+pub mod postgres;
 pub mod rocks;
 
 use std::collections::BTreeMap;
@@ -159,6 +160,9 @@ pub enum StorageError {
     },
     /// Nothing was applied and nobody should have been answered: re-run the batch.
     Retry(String),
+    /// The engine cannot be reached (a database server that is down or restarting): nothing
+    /// happened; a later call may succeed without any restart.
+    Unavailable(String),
     /// The engine is held by another process.
     Busy(String),
     /// The engine holds another ledger (origin, verifier key) or another policy.
@@ -186,6 +190,7 @@ impl fmt::Display for StorageError {
                 hex::encode(key)
             ),
             StorageError::Retry(m) => write!(f, "the commit must be re-run: {m}"),
+            StorageError::Unavailable(m) => f.write_str(m),
             StorageError::Busy(m) => f.write_str(m),
             StorageError::Incompatible(m) => f.write_str(m),
         }
@@ -201,6 +206,7 @@ impl From<StorageError> for crate::error::Error {
             // The writer never overwrites a record of its own accord: the derived head and the
             // records disagree.
             StorageError::AppendOnly { .. } => (ErrorCode::Corrupt, StorageKind::AppendOnly),
+            StorageError::Unavailable(_) => (ErrorCode::Overloaded, StorageKind::Unavailable),
             StorageError::Busy(_) => (ErrorCode::DataDir, StorageKind::Busy),
             StorageError::Incompatible(_) => (ErrorCode::DataDir, StorageKind::Incompatible),
             StorageError::Engine { .. } => (ErrorCode::Storage, StorageKind::Engine),

@@ -79,7 +79,7 @@ fn check_after_restart(dir: &std::path::Path, tokens: &HashMap<String, String>, 
 fn regression_a_failed_sync_makes_the_server_unwritable_until_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let tokens = init_with_tokens(dir.path());
+    let tokens = init_rocks_with_tokens(dir.path());
     let shim = build_fault_shim(work.path());
     let trigger = work.path().join("trigger");
     let (child, addr) = serve_binary(
@@ -178,7 +178,7 @@ fn a_full_disk_ends_in_unwritable_and_loses_no_acknowledged_append() {
         }
     }
     let _guard = Unmount(root.then(|| dir.clone()));
-    let tokens = init_with_tokens(&dir);
+    let tokens = init_rocks_with_tokens(&dir);
     let shim = build_fault_shim(work.path());
     let trigger = work.path().join("trigger");
     let envs: Vec<(&str, &std::ffi::OsStr)> = if root {
@@ -243,7 +243,7 @@ fn a_full_disk_ends_in_unwritable_and_loses_no_acknowledged_append() {
 fn a_read_only_data_directory_is_refused_clearly() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("data");
-    let tokens = init_with_tokens(&dir);
+    let tokens = init_rocks_with_tokens(&dir);
     let (child, addr) = serve_binary(&dir, &[], Stdio::null());
     assert_eq!(post(addr, &tokens["agent"], "a").status, 201);
     stop(child);

@@ -1,5 +1,7 @@
-//! Integration tests, built into one binary: a real RocksDB directory per test.
+//! Integration tests, built into one binary: a real data directory per test, on RocksDB, or on
+//! PostgreSQL when `HITL_TEST_DATABASE_URL` is set (see `engine.rs`).
 
+mod engine;
 mod http;
 mod raw;
 mod util;

@@ -34,7 +34,7 @@ impl TestServer {
     /// A server with a bound on the request-body bytes in flight.
     pub fn start_full(commit: CommitConfig, max_in_flight: Option<usize>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        Ledger::init(dir.path(), ORIGIN).unwrap();
+        Ledger::init_with(dir.path(), ORIGIN, crate::engine::for_new_ledger()).unwrap();
         let tpath = dir.path().join("tokens.json");
         let mut tokens = HashMap::new();
         for (name, role) in [
@@ -57,10 +57,12 @@ impl TestServer {
                 .enable_all()
                 .build()
                 .unwrap();
+            // The ledger is opened and dropped outside the runtime: an engine's calls block.
+            let ledger = Arc::new(Ledger::open(&path).unwrap());
+            let outside = Arc::clone(&ledger);
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx_addr.send(listener.local_addr().unwrap()).unwrap();
-                let ledger = Arc::new(Ledger::open(&path).unwrap());
                 let tokens = Tokens::load(&path.join("tokens.json")).unwrap();
                 let mut state = AppState::new(ledger, tokens, commit)
                     .watch_tokens_file(&path.join("tokens.json"));
@@ -73,6 +75,8 @@ impl TestServer {
                 .await
                 .unwrap();
             });
+            drop(rt);
+            drop(outside);
         });
         let addr = rx_addr.recv().unwrap();
         TestServer {
@@ -800,8 +804,15 @@ fn tokens_added_while_serving_take_effect() {
     let mut s = TestServer::start();
     let path = s.dir.path().join("tokens.json");
     let late = add_token(&path, "late-auditor", Role::Auditor).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1200));
-    let r = get(s.addr, "/v1/pending", &late);
+    // The file is looked at once a second; a loaded machine may need a little longer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let r = loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let r = get(s.addr, "/v1/pending", &late);
+        if r.status == 200 || std::time::Instant::now() > deadline {
+            break r;
+        }
+    };
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         get(s.addr, "/v1/pending", s.t("reviewer")).status,
@@ -818,7 +829,10 @@ fn spawn_binary_server(
     stderr: std::process::Stdio,
     rust_log: Option<&str>,
 ) -> (std::process::Child, SocketAddr, String) {
-    let (code, _, err) = run(dir, &["init", "--origin", ORIGIN]);
+    let mut init = vec!["init".to_string(), "--origin".into(), ORIGIN.into()];
+    init.extend(crate::engine::init_args());
+    let init: Vec<&str> = init.iter().map(String::as_str).collect();
+    let (code, _, err) = run(dir, &init);
     assert_eq!(code, 0, "{err}");
     let (_, out, _) = run(
         dir,

@@ -103,7 +103,7 @@ impl Fixture {
 
     pub fn with_origin(origin: &str, policy: Option<&str>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        Ledger::init(dir.path(), origin).unwrap();
+        Ledger::init_with(dir.path(), origin, crate::engine::for_new_ledger()).unwrap();
         if let Some(p) = policy {
             std::fs::write(dir.path().join("policy.json"), p).unwrap();
         }
@@ -139,6 +139,11 @@ impl Fixture {
 
     pub fn reopen(&mut self) {
         self.close();
+        // A test that rewrote policy.json changes the policy: on PostgreSQL every server's
+        // policy must be the database's, so the change is recorded as an operator would.
+        if crate::engine::database_of(self.dir.path()).is_some() {
+            Ledger::adopt_policy(self.dir.path()).unwrap();
+        }
         let opts = LedgerOptions {
             clock: Arc::new(self.clock.clone()),
             policy_path: None,
@@ -301,11 +306,11 @@ pub fn forge(
     use hitl_ledger::format::note::Checkpoint;
     use hitl_ledger::format::record::{Record, ZERO_HASH};
     use hitl_ledger::index::{self, View};
-    use hitl_ledger::storage::{Durability, Engine, rocks::RocksEngine};
+    use hitl_ledger::storage::Durability;
     let signer = signer_of(f.path());
     let now = hitl_ledger::clock::Clock::now(&f.clock);
     f.close();
-    let engine = RocksEngine::open(&f.path().join("db"), false).unwrap();
+    let engine = engine_of(f.path());
     let txn = engine.begin_write().unwrap();
     let (record, changes) = {
         let mut view = View::new(&*txn);
@@ -358,7 +363,19 @@ pub fn forge(
 
 /// `init` in `dir` and one token per role (principal `<role>-1`): role → token.
 pub fn init_with_tokens(dir: &Path) -> std::collections::HashMap<String, String> {
-    let (code, _, err) = run(dir, &["init", "--origin", ORIGIN]);
+    let mut args = vec!["init".to_string(), "--origin".into(), ORIGIN.into()];
+    args.extend(crate::engine::init_args());
+    init_tokens_after(dir, &args)
+}
+
+/// As [`init_with_tokens`], always on RocksDB (tests of the RocksDB engine's files and faults).
+pub fn init_rocks_with_tokens(dir: &Path) -> std::collections::HashMap<String, String> {
+    init_tokens_after(dir, &["init".to_string(), "--origin".into(), ORIGIN.into()])
+}
+
+fn init_tokens_after(dir: &Path, init: &[String]) -> std::collections::HashMap<String, String> {
+    let init: Vec<&str> = init.iter().map(String::as_str).collect();
+    let (code, _, err) = run(dir, &init);
     assert_eq!(code, 0, "{err}");
     let mut tokens = std::collections::HashMap::new();
     for role in ["agent", "reviewer", "auditor", "admin"] {
@@ -430,4 +447,24 @@ pub fn build_fault_shim(out_dir: &Path) -> PathBuf {
         .expect("a C compiler (cc) builds the fault shim");
     assert!(status.success(), "building {}", src.display());
     out
+}
+
+/// The storage engine of a closed ledger's data directory, opened below the ledger (what a
+/// holder of the store and the key can write through).
+pub fn engine_of(dir: &Path) -> Box<dyn hitl_ledger::storage::Engine> {
+    match crate::engine::database_of(dir) {
+        None => Box::new(
+            hitl_ledger::storage::rocks::RocksEngine::open(&dir.join("db"), false).unwrap(),
+        ),
+        Some(url) => {
+            let policy =
+                hitl_ledger::model::policy::Policy::load(&dir.join("policy.json")).unwrap();
+            let row = hitl_ledger::storage::postgres::LedgerRow {
+                origin: ORIGIN.into(),
+                verifier_key: signer_of(dir).verifier_key(),
+                policy_sha256: policy.fingerprint(),
+            };
+            Box::new(hitl_ledger::storage::postgres::PgEngine::open(&url, row).unwrap())
+        }
+    }
 }

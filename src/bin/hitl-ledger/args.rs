@@ -52,7 +52,14 @@ pub enum Command {
         /// The log's origin (its key name), e.g. example.com/approvals.
         #[arg(long)]
         origin: String,
+        /// Keep the records in this PostgreSQL database (`postgres://user@host/db`), shared by
+        /// any number of servers, instead of RocksDB in the data directory.
+        #[arg(long)]
+        database: Option<String>,
     },
+    /// Record this data directory's policy as the one a PostgreSQL ledger's servers must run
+    /// (after a policy change; with the other servers stopped).
+    AdoptPolicy,
     /// Manage bearer tokens.
     Token {
         /// What to do.

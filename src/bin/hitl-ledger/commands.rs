@@ -37,7 +37,12 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         ));
     }
     match cli.command {
-        Command::Init { origin } => init(&dir, f, &origin),
+        Command::Init { origin, database } => init(&dir, f, &origin, database),
+        Command::AdoptPolicy => {
+            Ledger::adopt_policy(&dir)?;
+            eprintln!("the database now records this data directory's policy");
+            Ok(Outcome::Done)
+        }
         Command::Token {
             action:
                 TokenCommand::Add {
@@ -106,6 +111,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
 fn command_name(c: &Command) -> &'static str {
     match c {
         Command::Init { .. } => "init",
+        Command::AdoptPolicy => "adopt-policy",
         Command::Token { .. } => "token add",
         Command::Append { .. } => "append",
         Command::Decide { .. } => "decide",
@@ -140,8 +146,12 @@ fn single(o: hitl_ledger::ledger::Outcome) -> Result<Appended> {
         .ok_or_else(|| Error::new(ErrorCode::Internal, "expected one record"))
 }
 
-fn init(dir: &Path, f: Format, origin: &str) -> Result<Outcome> {
-    let init = Ledger::init(dir, origin)?;
+fn init(dir: &Path, f: Format, origin: &str, database: Option<String>) -> Result<Outcome> {
+    let engine = match database {
+        None => hitl_ledger::ledger::EngineConfig::Rocks,
+        Some(url) => hitl_ledger::ledger::EngineConfig::Postgres { url },
+    };
+    let init = Ledger::init_with(dir, origin, engine)?;
     if f == Format::Json {
         print_json(
             &json!({"verifier_key": init.verifier_key, "data": dir, "checkpoint": init.checkpoint}),

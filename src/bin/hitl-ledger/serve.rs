@@ -77,7 +77,9 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(|e| Error::storage("starting the runtime", e))?;
+    let served = std::sync::Arc::clone(&ledger);
     rt.block_on(async move {
+        let ledger = served;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
@@ -88,9 +90,10 @@ pub fn serve(
         let state =
             hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
                 .watch_tokens_file(&tokens_path);
-        hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await?;
-        let (cp, _) = ledger.latest_checkpoint()?;
-        eprintln!("stopped; latest checkpoint covers {} records", cp.size);
-        Ok(Outcome::Done)
-    })
+        hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await
+    })?;
+    // Outside the runtime: an engine's calls block (PostgreSQL's client runs its own).
+    let (cp, _) = ledger.latest_checkpoint()?;
+    eprintln!("stopped; latest checkpoint covers {} records", cp.size);
+    Ok(Outcome::Done)
 }

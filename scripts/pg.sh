@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the tests, on loopback, in a temporary folder.
+#
+#   scripts/pg.sh start DIR    create (if needed) and start a cluster in DIR; prints its URL
+#   scripts/pg.sh stop DIR     stop it
+#   scripts/pg.sh url DIR      print its URL
+#
+# PostgreSQL refuses to run as root: as root the cluster belongs to and runs as the
+# unprivileged `postgres` user (which Debian's package creates). The server listens on
+# 127.0.0.1 only, on a free port, with trust authentication for the local test role
+# `postgres` (a test cluster, never a deployment).
+set -euo pipefail
+
+pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  done
+  command -v pg_ctl >/dev/null 2>&1 && { dirname "$(command -v pg_ctl)"; return 0; }
+  echo "pg.sh: no PostgreSQL server binaries (install postgresql; scripts/setup.sh --postgres does)" >&2
+  return 1
+}
+
+as_owner() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/pg.sh start|stop|url DIR" >&2; exit 2; }
+bin=$(pg_bin)
+
+case "$cmd" in
+  start)
+    mkdir -p "$dir"
+    if [ "$(id -u)" -eq 0 ]; then
+      chown postgres: "$dir"
+      # The cluster's parent folders must be traversable by the postgres user.
+      p=$dir; while [ "$p" != "/" ]; do p=$(dirname "$p"); chmod o+x "$p" 2>/dev/null || true; done
+    fi
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; exit 1; }
+    fi
+    port=$(free_port)
+    echo "$port" >"$dir/port"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/port"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
+      || { cat "$dir/server.log" >&2; exit 1; }
+    echo "postgres://postgres@127.0.0.1:$port/postgres"
+    ;;
+  stop)
+    [ -f "$dir/data/PG_VERSION" ] && as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || true
+    ;;
+  url)
+    echo "postgres://postgres@127.0.0.1:$(cat "$dir/port")/postgres"
+    ;;
+  *)
+    echo "usage: scripts/pg.sh start|stop|url DIR" >&2; exit 2
+    ;;
+esac

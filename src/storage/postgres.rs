@@ -1,0 +1,753 @@
+//! The PostgreSQL engine: each keyspace is a table of `bytea` keys and values (`bytea` orders
+//! bytewise, so every key encoding and scan carries over), records and checkpoints
+//! insert-only (a trigger refuses `UPDATE`, `DELETE` and `TRUNCATE`, and the schema's role
+//! loses those privileges). Any number of servers share one database:
+//!
+//! - **One writer at a time across servers**: a write transaction first takes the ledger's row
+//!   with `SELECT … FOR UPDATE` (in `READ COMMITTED`, so once it holds the row it reads every
+//!   earlier commit) and keeps it until it commits; the row also holds the origin, the
+//!   verifier key and the policy's fingerprint, and a server whose own differ refuses to write.
+//! - **Durable commits**: `synchronous_commit = on` for every connection.
+//! - **Retry**: a serialization failure or a deadlock, or a connection lost before `COMMIT`,
+//!   answers [`StorageError::Retry`] (nothing applied). A connection lost during `COMMIT` is
+//!   resolved by reading back the commit's first new record or checkpoint on a new
+//!   connection: there, the commit happened; absent, it did not (Retry).
+//! - **The database's clock** (`clock_timestamp()`) is the batch time, so servers with skewed
+//!   clocks agree on every deadline.
+//! - A database that cannot be reached answers [`StorageError::Unavailable`]: nothing
+//!   happened, and the next operation tries again (no restart needed).
+
+use std::cell::RefCell;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+
+use super::{Changes, Durability, Engine, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
+use crate::clock::Timestamp;
+
+/// The schema's format, recorded in the ledger's row.
+const SCHEMA_FORMAT: &str = "hitl-ledger/postgres/v1";
+
+/// Rows fetched per page of a scan.
+const PAGE: i64 = 512;
+
+/// How long a commit whose connection was lost keeps trying to learn whether it happened.
+const RESOLVE_FOR: Duration = Duration::from_secs(30);
+
+/// What the database must say about the ledger for this server to write: its origin, its
+/// verifier key (the public half of the signing key every server shares), and the SHA-256 of
+/// the policy in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRow {
+    /// The log's origin.
+    pub origin: String,
+    /// The verifier key.
+    pub verifier_key: String,
+    /// Lowercase hex SHA-256 of the canonical policy.
+    pub policy_sha256: String,
+}
+
+/// The table of a keyspace.
+fn table(ks: Keyspace) -> String {
+    format!("hitl_{}", ks.name())
+}
+
+/// The SQL that creates the schema (tables, the append-only triggers, the revoked
+/// privileges). Run once, by `init`.
+fn schema_sql() -> String {
+    let mut sql = String::from(
+        "CREATE TABLE hitl_ledger (id int PRIMARY KEY CHECK (id = 1), format text NOT NULL, \
+         origin text NOT NULL, verifier_key text NOT NULL, policy_sha256 text NOT NULL);\n\
+         CREATE FUNCTION hitl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         RAISE EXCEPTION 'hitl-ledger: % is append-only', TG_TABLE_NAME \
+         USING ERRCODE = 'insufficient_privilege'; END $$;\n",
+    );
+    for ks in Keyspace::ALL {
+        let t = table(ks);
+        sql.push_str(&format!(
+            "CREATE TABLE {t} (k bytea PRIMARY KEY, v bytea NOT NULL);\n"
+        ));
+        if ks.append_only() {
+            sql.push_str(&format!(
+                "CREATE TRIGGER {t}_insert_only BEFORE UPDATE OR DELETE ON {t} \
+                 FOR EACH ROW EXECUTE FUNCTION hitl_refuse_change();\n\
+                 CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION hitl_refuse_change();\n\
+                 REVOKE UPDATE, DELETE, TRUNCATE ON {t} FROM PUBLIC, CURRENT_USER;\n"
+            ));
+        }
+    }
+    sql
+}
+
+/// The PostgreSQL engine.
+pub struct PgEngine {
+    config: postgres::Config,
+    expect: LedgerRow,
+    writer: Mutex<Option<Client>>,
+    readers: Mutex<Vec<Client>>,
+    reads: AtomicU64,
+    name: String,
+}
+
+impl Drop for PgEngine {
+    fn drop(&mut self) {
+        // A client owns a small runtime, which may not be dropped on an async worker thread;
+        // the last handle on the engine may be. Close the connections on a thread of their own.
+        let mut clients: Vec<Client> =
+            std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
+        clients.extend(self.writer.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if !clients.is_empty() {
+            let _ = std::thread::spawn(move || drop(clients)).join();
+        }
+    }
+}
+
+impl std::fmt::Debug for PgEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgEngine")
+    }
+}
+
+/// Whether a driver error means the connection is gone (the server is down, restarting, or
+/// the network failed) rather than a statement that failed.
+fn connection_lost(e: &postgres::Error) -> bool {
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    e.is_closed()
+        || (e.as_db_error().is_none() && io)
+        || e.code().is_some_and(|c| {
+            *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08")
+        })
+}
+
+/// Whether the database asks for the transaction to be run again.
+fn must_retry(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+fn engine_err(context: &str) -> impl Fn(postgres::Error) -> StorageError + '_ {
+    move |e| {
+        if connection_lost(&e) {
+            StorageError::Unavailable(format!(
+                "{context}: the database is unreachable: {}",
+                describe(&e)
+            ))
+        } else {
+            StorageError::engine(context, describe(&e))
+        }
+    }
+}
+
+impl PgEngine {
+    /// Creates the schema in the (empty) database at `url` and records the ledger's row.
+    ///
+    /// # Errors
+    /// [`StorageError::Incompatible`] when the database already holds a ledger; engine errors.
+    pub fn create(url: &str, row: &LedgerRow) -> Result<(), StorageError> {
+        let config = parse_url(url)?;
+        let mut c = connect(&config)?;
+        let exists: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'hitl_ledger')",
+                &[],
+            )
+            .map_err(engine_err("reading the schema"))?
+            .get(0);
+        if exists {
+            return Err(StorageError::Incompatible(
+                "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
+            ));
+        }
+        let mut tx = c.transaction().map_err(engine_err("creating the schema"))?;
+        tx.batch_execute(&schema_sql())
+            .map_err(engine_err("creating the schema"))?;
+        tx.execute(
+            "INSERT INTO hitl_ledger (id, format, origin, verifier_key, policy_sha256) VALUES (1, $1, $2, $3, $4)",
+            &[&SCHEMA_FORMAT, &row.origin, &row.verifier_key, &row.policy_sha256],
+        )
+        .map_err(engine_err("recording the ledger"))?;
+        tx.commit().map_err(engine_err("creating the schema"))
+    }
+
+    /// Opens the engine on the database at `url` for a server whose origin, verifier key and
+    /// policy are `expect`. Connects once to check; later connections are made as needed.
+    ///
+    /// # Errors
+    /// [`StorageError::Unavailable`] when the database cannot be reached; engine errors. A
+    /// database that records another origin, key or policy does not fail here: every write
+    /// transaction refuses with [`StorageError::Incompatible`], naming what differs (see
+    /// [`PgEngine::mismatch`]).
+    pub fn open(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {
+        let config = parse_url(url)?;
+        let name = config.get_dbname().map_or_else(
+            || "postgres".to_string(),
+            |d| format!("postgres database {d}"),
+        );
+        let client = connect(&config)?;
+        let engine = PgEngine {
+            config,
+            expect,
+            writer: Mutex::new(None),
+            readers: Mutex::new(vec![client]),
+            reads: AtomicU64::new(0),
+            name,
+        };
+        Ok(engine)
+    }
+
+    /// What the database's ledger row says that differs from this server's, if anything.
+    ///
+    /// # Errors
+    /// Engine errors; [`StorageError::Incompatible`] when there is no ledger row.
+    pub fn mismatch(&self) -> Result<Option<String>, StorageError> {
+        let mut c = self.reader()?;
+        let row = read_row(&mut c, false);
+        self.give_back(c);
+        Ok(self.compare(&row?))
+    }
+
+    /// Records this server's policy fingerprint as the database's (after a policy change,
+    /// run once while every server is stopped; then copy the policy to each server).
+    ///
+    /// # Errors
+    /// Engine errors; [`StorageError::Incompatible`] when the origin or key differ.
+    pub fn adopt_policy(&self) -> Result<(), StorageError> {
+        let mut c = connect(&self.config)?;
+        let mut tx = c.transaction().map_err(engine_err("adopting the policy"))?;
+        let row = tx
+            .query_one(
+                "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1 FOR UPDATE",
+                &[],
+            )
+            .map_err(engine_err("adopting the policy"))?;
+        let found = LedgerRow {
+            origin: row.get(0),
+            verifier_key: row.get(1),
+            policy_sha256: self.expect.policy_sha256.clone(),
+        };
+        if let Some(m) = self.compare(&found) {
+            return Err(StorageError::Incompatible(m));
+        }
+        tx.execute(
+            "UPDATE hitl_ledger SET policy_sha256 = $1 WHERE id = 1",
+            &[&self.expect.policy_sha256],
+        )
+        .map_err(engine_err("adopting the policy"))?;
+        tx.commit().map_err(engine_err("adopting the policy"))
+    }
+
+    fn compare(&self, found: &LedgerRow) -> Option<String> {
+        let e = &self.expect;
+        if found.origin != e.origin {
+            return Some(format!(
+                "the database holds the ledger {}, this server is configured for {}",
+                crate::codec::quoted(&found.origin),
+                crate::codec::quoted(&e.origin)
+            ));
+        }
+        if found.verifier_key != e.verifier_key {
+            return Some(format!(
+                "this server's signing key is not the database's: it signs as {}, the database's verifier key is {}; copy signing.key from a server of this ledger",
+                e.verifier_key, found.verifier_key
+            ));
+        }
+        if found.policy_sha256 != e.policy_sha256 {
+            return Some(format!(
+                "this server's policy (SHA-256 {}) is not the one the database records ({}); copy the policy every server runs, or record this one with `hitl-ledger adopt-policy` while the other servers are stopped",
+                e.policy_sha256, found.policy_sha256
+            ));
+        }
+        None
+    }
+
+    fn reader(&self) -> Result<Client, StorageError> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match pooled {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => connect(&self.config),
+        }
+    }
+
+    fn give_back(&self, c: Client) {
+        if !c.is_closed() {
+            let mut pool = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < 16 {
+                pool.push(c);
+            }
+        }
+    }
+
+    /// Whether a commit whose connection was lost during `COMMIT` happened: its first new
+    /// record (or checkpoint) is stored with exactly its bytes. Tries for [`RESOLVE_FOR`].
+    fn resolve(&self, changes: &Changes) -> Result<bool, StorageError> {
+        let Some((ks, key, value)) = changes
+            .iter()
+            .find(|(ks, _, v)| ks.append_only() && v.is_some())
+        else {
+            return Err(StorageError::engine(
+                "commit",
+                "the connection was lost during COMMIT and the commit holds no new record to look for",
+            ));
+        };
+        let started = Instant::now();
+        loop {
+            match connect(&self.config).and_then(|mut c| {
+                c.query_opt(
+                    &format!("SELECT v FROM {} WHERE k = $1", table(ks)),
+                    &[&key],
+                )
+                .map_err(engine_err("resolving a commit"))
+                .map(|r| r.map(|row| row.get::<_, Vec<u8>>(0)))
+            }) {
+                Ok(found) => return Ok(found.as_deref() == value),
+                Err(e) if started.elapsed() >= RESOLVE_FOR => {
+                    return Err(StorageError::engine(
+                        "commit",
+                        format!(
+                            "the connection was lost during COMMIT and whether it happened cannot be learned: {e}"
+                        ),
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(250)),
+            }
+        }
+    }
+}
+
+fn parse_url(url: &str) -> Result<postgres::Config, StorageError> {
+    let mut config = postgres::Config::from_str(url)
+        .map_err(|e| StorageError::engine("the database URL", e.to_string()))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    config.application_name("hitl-ledger");
+    Ok(config)
+}
+
+fn connect(config: &postgres::Config) -> Result<Client, StorageError> {
+    let mut c = config
+        .connect(NoTls)
+        .map_err(engine_err("connecting to the database"))?;
+    c.batch_execute("SET synchronous_commit = on; SET statement_timeout = '60s'")
+        .map_err(engine_err("configuring the connection"))?;
+    Ok(c)
+}
+
+fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError> {
+    let sql = if for_update {
+        "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1 FOR UPDATE"
+    } else {
+        "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1"
+    };
+    let row = c
+        .query_opt(sql, &[])
+        .map_err(engine_err("reading the ledger's row"))?
+        .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
+    Ok(LedgerRow {
+        origin: row.get(0),
+        verifier_key: row.get(1),
+        policy_sha256: row.get(2),
+    })
+}
+
+/// Reads through one connection inside an open transaction.
+struct PgRead<'a> {
+    engine: &'a PgEngine,
+    client: RefCell<Option<Client>>,
+}
+
+impl PgRead<'_> {
+    fn with<T>(
+        &self,
+        context: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, StorageError> {
+        let mut slot = self.client.borrow_mut();
+        let c = slot.as_mut().ok_or_else(|| {
+            StorageError::Unavailable(format!("{context}: the connection was lost"))
+        })?;
+        self.engine.reads.fetch_add(1, Ordering::Relaxed);
+        let r = f(c);
+        if let Err(e) = &r
+            && connection_lost(e)
+        {
+            *slot = None;
+        }
+        r.map_err(engine_err(context))
+    }
+}
+
+impl Read for PgRead<'_> {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        let sql = format!("SELECT v FROM {} WHERE k = $1", table(ks));
+        self.with("read", |c| {
+            c.query_opt(&sql, &[&key])
+                .map(|r| r.map(|row| row.get::<_, Vec<u8>>(0)))
+        })
+    }
+
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let sql = format!("SELECT k, v FROM {} WHERE k = ANY($1)", table(ks));
+        let wanted: Vec<&[u8]> = keys.to_vec();
+        let rows = self.with("read", |c| c.query(&sql, &[&wanted]))?;
+        let mut found = std::collections::HashMap::new();
+        for row in rows {
+            found.insert(row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1));
+        }
+        Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
+    }
+
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        Box::new(PgScan {
+            read: self,
+            first: format!(
+                "SELECT k, v FROM {} WHERE k >= $1 ORDER BY k LIMIT {PAGE}",
+                table(ks)
+            ),
+            next: format!(
+                "SELECT k, v FROM {} WHERE k > $1 ORDER BY k LIMIT {PAGE}",
+                table(ks)
+            ),
+            from: Some((start.to_vec(), true)),
+            page: std::collections::VecDeque::new(),
+            failed: false,
+        })
+    }
+
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        let sql = format!("SELECT k, v FROM {} ORDER BY k DESC LIMIT 1", table(ks));
+        self.with("read", |c| {
+            c.query_opt(&sql, &[])
+                .map(|r| r.map(|row| (row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1))))
+        })
+    }
+}
+
+/// A scan, fetched a page at a time.
+struct PgScan<'a, 'e> {
+    read: &'a PgRead<'e>,
+    first: String,
+    next: String,
+    /// Where the next page starts: (key, inclusive); `None` once the keyspace is exhausted.
+    from: Option<(Vec<u8>, bool)>,
+    page: std::collections::VecDeque<Entry>,
+    failed: bool,
+}
+
+impl Iterator for PgScan<'_, '_> {
+    type Item = Result<Entry, StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.page.pop_front() {
+            return Some(Ok(e));
+        }
+        if self.failed {
+            return None;
+        }
+        let (key, inclusive) = self.from.take()?;
+        let sql = if inclusive { &self.first } else { &self.next };
+        let rows = match self.read.with("scan", |c| c.query(sql.as_str(), &[&key])) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        };
+        let full = rows.len() as i64 == PAGE;
+        for row in rows {
+            self.page
+                .push_back((row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
+        }
+        if full {
+            self.from = self.page.back().map(|(k, _)| (k.clone(), false));
+        }
+        self.page.pop_front().map(Ok)
+    }
+}
+
+/// A read-only `REPEATABLE READ` transaction: one snapshot of the database.
+struct PgSnapshot<'a> {
+    read: PgRead<'a>,
+}
+
+impl Drop for PgSnapshot<'_> {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.read.client.borrow_mut().take()
+            && c.batch_execute("COMMIT").is_ok()
+        {
+            self.read.engine.give_back(c);
+        }
+    }
+}
+
+impl Read for PgSnapshot<'_> {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.read.get(ks, key)
+    }
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        self.read.get_many(ks, keys)
+    }
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        self.read.scan(ks, start)
+    }
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        self.read.last(ks)
+    }
+}
+
+/// The write transaction: this process's writer slot (one at a time in the process) and,
+/// through `FOR UPDATE` on the ledger's row, the one writer across every server.
+struct PgTxn<'a> {
+    read: PgRead<'a>,
+    slot: MutexGuard<'a, Option<Client>>,
+}
+
+impl Read for PgTxn<'_> {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.read.get(ks, key)
+    }
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        self.read.get_many(ks, keys)
+    }
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        self.read.scan(ks, start)
+    }
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        self.read.last(ks)
+    }
+}
+
+impl Drop for PgTxn<'_> {
+    fn drop(&mut self) {
+        // Not committed: roll back, and keep the connection for the next transaction.
+        if let Some(mut c) = self.read.client.borrow_mut().take()
+            && c.batch_execute("ROLLBACK").is_ok()
+        {
+            *self.slot = Some(c);
+        }
+    }
+}
+
+impl WriteTxn for PgTxn<'_> {
+    fn now(&self) -> Result<Option<Timestamp>, StorageError> {
+        let micros: i64 = self.read.with("reading the database's clock", |c| {
+            c.query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+                &[],
+            )
+            .map(|r| r.get(0))
+        })?;
+        Ok(Some(Timestamp::from_micros(micros)))
+    }
+
+    fn commit(mut self: Box<Self>, changes: Changes, _d: Durability) -> Result<(), StorageError> {
+        // Deletes and clears of append-only keyspaces are refused before the database sees
+        // them (the database's triggers would refuse them too).
+        if changes.cleared().iter().any(|k| k.append_only())
+            || changes
+                .iter()
+                .any(|(ks, _, v)| ks.append_only() && v.is_none())
+        {
+            let (ks, key) = changes
+                .iter()
+                .find(|(ks, _, v)| ks.append_only() && v.is_none())
+                .map_or((Keyspace::Records, Vec::new()), |(ks, k, _)| {
+                    (ks, k.to_vec())
+                });
+            return Err(StorageError::AppendOnly { keyspace: ks, key });
+        }
+        let engine = self.read.engine;
+        let mut c = self
+            .read
+            .client
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| StorageError::Retry("the connection was lost".into()))?;
+        let result = write_changes(&mut c, &changes);
+        if let Err(e) = result {
+            let _ = c.batch_execute("ROLLBACK");
+            if !c.is_closed() {
+                *self.slot = Some(c);
+            }
+            return Err(e);
+        }
+        match c.batch_execute("COMMIT") {
+            Ok(()) => {
+                *self.slot = Some(c);
+                Ok(())
+            }
+            Err(e) if connection_lost(&e) => {
+                // The outcome is unknown: learn it from the database.
+                if engine.resolve(&changes)? {
+                    Ok(())
+                } else {
+                    Err(StorageError::Retry(format!(
+                        "the connection was lost during COMMIT, which did not happen: {}",
+                        describe(&e)
+                    )))
+                }
+            }
+            Err(e) if must_retry(&e) => Err(StorageError::Retry(describe(&e))),
+            Err(e) => Err(StorageError::engine("commit", describe(&e))),
+        }
+    }
+}
+
+/// Applies the changes inside the open transaction (not yet committed).
+fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> {
+    let fail = |e: postgres::Error| {
+        if must_retry(&e) || connection_lost(&e) {
+            StorageError::Retry(describe(&e))
+        } else {
+            StorageError::engine("write", describe(&e))
+        }
+    };
+    for ks in changes.cleared() {
+        c.execute(&format!("DELETE FROM {}", table(*ks)), &[])
+            .map_err(fail)?;
+    }
+    for ks in Keyspace::ALL {
+        let mut put_k: Vec<&[u8]> = Vec::new();
+        let mut put_v: Vec<&[u8]> = Vec::new();
+        let mut del: Vec<&[u8]> = Vec::new();
+        for (k, key, value) in changes.iter().filter(|(k, _, _)| *k == ks) {
+            let _ = k;
+            match value {
+                Some(v) => {
+                    put_k.push(key);
+                    put_v.push(v);
+                }
+                None => del.push(key),
+            }
+        }
+        if !del.is_empty() {
+            c.execute(
+                &format!("DELETE FROM {} WHERE k = ANY($1)", table(ks)),
+                &[&del],
+            )
+            .map_err(fail)?;
+        }
+        if put_k.is_empty() {
+            continue;
+        }
+        let sql = if ks.append_only() {
+            format!(
+                "INSERT INTO {} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])",
+                table(ks)
+            )
+        } else {
+            format!(
+                "INSERT INTO {} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+                 ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+                table(ks)
+            )
+        };
+        if let Err(e) = c.execute(&sql, &[&put_k, &put_v]) {
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                return Err(StorageError::AppendOnly {
+                    keyspace: ks,
+                    key: put_k.first().map(|k| k.to_vec()).unwrap_or_default(),
+                });
+            }
+            return Err(fail(e));
+        }
+    }
+    Ok(())
+}
+
+impl Engine for PgEngine {
+    fn snapshot(&self) -> Result<Box<dyn Read + '_>, StorageError> {
+        let mut c = self.reader()?;
+        if let Err(e) = c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") {
+            return Err(engine_err("beginning a snapshot")(e));
+        }
+        Ok(Box::new(PgSnapshot {
+            read: PgRead {
+                engine: self,
+                client: RefCell::new(Some(c)),
+            },
+        }))
+    }
+
+    fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError> {
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = match slot.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => connect(&self.config)?,
+        };
+        let begun = c
+            .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .map_err(engine_err("beginning a write"))
+            .and_then(|()| read_row(&mut c, true));
+        let row = match begun {
+            Ok(row) => row,
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK");
+                if !c.is_closed() {
+                    *slot = Some(c);
+                }
+                return Err(match e {
+                    StorageError::Unavailable(m) => StorageError::Unavailable(m),
+                    other if must_retry_storage(&other) => StorageError::Retry(other.to_string()),
+                    other => other,
+                });
+            }
+        };
+        if let Some(m) = self.compare(&row) {
+            let _ = c.batch_execute("ROLLBACK");
+            *slot = Some(c);
+            return Err(StorageError::Incompatible(m));
+        }
+        Ok(Box::new(PgTxn {
+            read: PgRead {
+                engine: self,
+                client: RefCell::new(Some(c)),
+            },
+            slot,
+        }))
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+fn must_retry_storage(e: &StorageError) -> bool {
+    matches!(e, StorageError::Retry(_))
+}
+
+/// Drops every table of the schema (tests: a fresh database for each ledger).
+///
+/// # Errors
+/// Engine errors.
+pub fn drop_schema(url: &str) -> Result<(), StorageError> {
+    let config = parse_url(url)?;
+    let mut c = connect(&config)?;
+    let mut sql = String::from("DROP TABLE IF EXISTS hitl_ledger;");
+    for ks in Keyspace::ALL {
+        sql.push_str(&format!("DROP TABLE IF EXISTS {};", table(ks)));
+    }
+    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change();");
+    c.batch_execute(&sql)
+        .map_err(engine_err("dropping the schema"))
+}
