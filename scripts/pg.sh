@@ -49,7 +49,8 @@ case "$cmd" in
       as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; exit 1; }
     fi
-    port=$(free_port)
+    # A restarted cluster keeps its port, so its clients reconnect to the same URL.
+    if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); fi
     echo "$port" >"$dir/port"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/port"
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \

@@ -5,7 +5,9 @@
 #     libclang-cpp.so.<n> that some images ship is a different library and does not count),
 #     unless LIBCLANG_PATH names a folder or file that holds one;
 #   - a C++ compiler (RocksDB is C++);
-#   - Python 3 with its venv and ensurepip modules (the Python tests run in a virtual env).
+#   - Python 3 with its venv and ensurepip modules (the Python tests run in a virtual env);
+#   - PostgreSQL's server (the tests run the ledger on PostgreSQL too, in a throwaway cluster
+#     that scripts/pg.sh starts as the unprivileged postgres user).
 #
 #   scripts/setup.sh            install what is missing (apt-get; sudo when not root)
 #   scripts/setup.sh --detect   print one line per requirement, "found ..." or "missing ...",
@@ -82,6 +84,10 @@ find_cxx() {
   return 1
 }
 
+pg_server_ok() {
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1
+}
+
 python_ok() {
   command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' >/dev/null 2>&1
 }
@@ -109,6 +115,13 @@ if python_ok; then
 else
   report+=("python3 venv and ensurepip: missing (packages python3 python3-venv)")
   need+=(python3 python3-venv)
+fi
+
+if pg_server_ok; then
+  report+=("postgresql server: found $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | head -1)")
+else
+  report+=("postgresql server: missing (package postgresql; the tests run the ledger on it too)")
+  need+=(postgresql)
 fi
 
 if [ "${1:-}" = "--detect" ]; then

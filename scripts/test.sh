@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
-# Runs every test: Rust (unit, integration, vectors, doc tests), the Python interop check of
-# export bundles, and the Python client with real LangGraph graphs against the real server.
+# Runs every test: Rust (unit, integration, vectors, doc tests) on RocksDB, the integration
+# tests again on PostgreSQL, the Python interop check of export bundles, and the Python
+# client with real LangGraph graphs against the real server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . scripts/env.sh
+
+# A throwaway PostgreSQL cluster on loopback, run as the unprivileged postgres user; stopped
+# whatever happens.
+PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hitl-ledger-pg.XXXXXX")
+cleanup() { scripts/pg.sh stop "$PG_DIR" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; }
+trap cleanup EXIT
+PG_URL=$(scripts/pg.sh start "$PG_DIR")
+echo "test: PostgreSQL for the tests at $PG_URL" >&2
+# The PostgreSQL-only tests (several servers, the engine conformance suite) use it in both runs.
+export HITL_TEST_PG_SERVER="$PG_URL"
+
 # `cargo test --all-targets` also builds the binary the CLI, server and Python tests run. Every
 # script builds with the same target set, so RocksDB (about 15 minutes) is compiled once.
 cargo test --all-targets
 cargo test --doc
+# The integration tests again, every ledger on PostgreSQL (a database per ledger). What does
+# not depend on the engine (the model, the fuzzers, the crash loop of the RocksDB binary, the
+# RocksDB fault shims, the layering walk) and what already used PostgreSQL ran above.
+HITL_TEST_DATABASE_URL="$PG_URL" cargo test --test it -- \
+  --skip multi:: --skip storage:: --skip model:: --skip fuzz:: --skip crash:: --skip faults:: \
+  --skip layering::
+
 # Python: one virtual environment for the interop checker and the client tests.
 VENV="${CARGO_TARGET_DIR%/target}/venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"

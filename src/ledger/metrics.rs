@@ -25,9 +25,21 @@ pub struct Metrics {
     refusals: AtomicU64,
     denials: Mutex<BTreeMap<String, u64>>,
     overloaded: AtomicU64,
+    write_txns: AtomicU64,
+    retries: AtomicU64,
 }
 
 impl Metrics {
+    /// Counts a write transaction begun (the one writer's lease, across servers on PostgreSQL).
+    pub fn record_write_txn(&self) {
+        self.write_txns.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a batch the engine asked to re-run.
+    pub fn record_retry(&self) {
+        self.retries.fetch_add(1, Relaxed);
+    }
+
     /// Counts one committed batch of `records` records whose write took `sync_us`.
     pub fn record_batch(&self, records: u64, sync_us: u64) {
         self.batches.fetch_add(1, Relaxed);
@@ -107,6 +119,16 @@ impl Metrics {
             "hitl_ledger_refusals_total",
             "Refusal records appended.",
             self.refusals.load(Relaxed),
+        );
+        counter(
+            "hitl_ledger_write_transactions_total",
+            "Write transactions begun (each takes the one writer's lease).",
+            self.write_txns.load(Relaxed),
+        );
+        counter(
+            "hitl_ledger_batch_retries_total",
+            "Batches re-run because the storage engine asked (serialization failure, lost connection).",
+            self.retries.load(Relaxed),
         );
         counter(
             "hitl_ledger_overloaded_total",

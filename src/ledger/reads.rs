@@ -112,6 +112,15 @@ impl Ledger {
         self.request_view(request_id)
     }
 
+    /// True when some open request's review deadline has passed: a sweep has work (one
+    /// read; the sweeper takes the writer's lease only then, so idle servers do not contend).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn timeouts_due(&self) -> Result<bool> {
+        index::any_due(&*self.engine.snapshot()?, self.now().micros())
+    }
+
     /// What needs an answer now: open requests whose review deadline has not passed, in
     /// ascending seq of their interrupts.
     ///

@@ -185,7 +185,10 @@ impl Ledger {
         for _ in 0..MAX_RETRIES {
             match self.try_batch(&ops) {
                 Ok(results) => return results,
-                Err(BatchError::Retry) => continue,
+                Err(BatchError::Retry) => {
+                    self.metrics.record_retry();
+                    continue;
+                }
                 Err(BatchError::Failed(e)) => return fail_all(e),
             }
         }
@@ -200,6 +203,7 @@ impl Ledger {
             .engine
             .begin_write()
             .map_err(BatchError::from_storage)?;
+        self.metrics.record_write_txn();
         let engine_now = txn.now().map_err(BatchError::from_storage)?;
         let (results, appended, changes) = {
             let mut view = View::new(&*txn);

@@ -166,6 +166,18 @@ pub async fn serve(
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
+                // Read first: the writer's lease (shared by every server of a database) is
+                // taken only when a timeout is due.
+                let ledger = Arc::clone(&st.ledger);
+                match tokio::task::spawn_blocking(move || ledger.timeouts_due()).await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => continue,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "could not look for due timeouts");
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let submitted = st.committer.submit(
                     Op::Sweep,

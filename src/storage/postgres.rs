@@ -674,7 +674,10 @@ fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> 
 impl Engine for PgEngine {
     fn snapshot(&self) -> Result<Box<dyn Read + '_>, StorageError> {
         let mut c = self.reader()?;
-        if let Err(e) = c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") {
+        // The snapshot is taken by the transaction's first statement, not by BEGIN: take it now.
+        if let Err(e) =
+            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
+        {
             return Err(engine_err("beginning a snapshot")(e));
         }
         Ok(Box::new(PgSnapshot {

@@ -61,3 +61,72 @@ pub fn database_of(dir: &std::path::Path) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v["engine"]["url"].as_str().map(str::to_owned)
 }
+
+/// A PostgreSQL cluster of the test's own (`scripts/pg.sh`), stopped when dropped: for the
+/// tests that stop and restart the database under load.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    /// The server's URL (database `postgres`).
+    pub url: String,
+}
+
+fn pg_sh(args: &[&str]) -> String {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("running scripts/pg.sh");
+    assert!(
+        out.status.success(),
+        "scripts/pg.sh {args:?} failed (PostgreSQL's server binaries are needed: scripts/setup.sh installs them): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+impl Cluster {
+    /// Creates and starts a cluster in a temporary folder.
+    pub fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let url = pg_sh(&["start", dir.path().to_str().unwrap()]);
+        Cluster { dir, url }
+    }
+
+    /// Stops the server (fast shutdown: connections are cut).
+    pub fn stop(&self) {
+        pg_sh(&["stop", self.dir.path().to_str().unwrap()]);
+    }
+
+    /// Starts it again, on the same port.
+    pub fn restart(&self) {
+        let url = pg_sh(&["start", self.dir.path().to_str().unwrap()]);
+        assert_eq!(url, self.url, "the cluster came back on its port");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh"))
+            .args(["stop", self.dir.path().to_str().unwrap()])
+            .output();
+    }
+}
+
+/// A PostgreSQL server for a test that needs one whatever the suite runs on:
+/// `HITL_TEST_PG_SERVER` (which `scripts/test.sh` sets in both runs), the suite's
+/// (`HITL_TEST_DATABASE_URL`), else a cluster of the test's own.
+pub fn some_pg_server() -> (String, Option<Cluster>) {
+    let shared = std::env::var("HITL_TEST_PG_SERVER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(pg_server);
+    match shared {
+        Some(url) => (url, None),
+        None => {
+            let c = Cluster::start();
+            (c.url.clone(), Some(c))
+        }
+    }
+}

@@ -16,6 +16,7 @@ mod hardening;
 mod layering;
 mod ledger;
 mod model;
+mod multi;
 mod rules;
 mod schemas;
 mod server;

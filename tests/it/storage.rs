@@ -223,3 +223,58 @@ fn a_failed_read_during_verify_is_an_error_not_a_problem() {
         plan.fail_read_in(u64::MAX / 2);
     }
 }
+
+fn pg_row() -> hitl_ledger::storage::postgres::LedgerRow {
+    hitl_ledger::storage::postgres::LedgerRow {
+        origin: ORIGIN.into(),
+        verifier_key: "conformance".into(),
+        policy_sha256: "0".repeat(64),
+    }
+}
+
+#[test]
+fn conformance_postgres() {
+    use hitl_ledger::storage::postgres::PgEngine;
+    let (server, _cluster) = crate::engine::some_pg_server();
+    conformance::run_all(&mut || {
+        let url = crate::engine::fresh_database(&server);
+        PgEngine::create(&url, &pg_row()).unwrap();
+        Box::new(PgEngine::open(&url, pg_row()).unwrap())
+    });
+    let url = crate::engine::fresh_database(&server);
+    PgEngine::create(&url, &pg_row()).unwrap();
+    let e = PgEngine::open(&url, pg_row()).unwrap();
+    conformance::durable_reopen(Box::new(e), &mut |e| {
+        drop(e);
+        Box::new(PgEngine::open(&url, pg_row()).unwrap())
+    })
+    .unwrap();
+    // The database itself refuses to change a record, whoever asks.
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute(
+        "INSERT INTO hitl_records (k, v) VALUES ('\\x01', '\\x01'); \
+         INSERT INTO hitl_checkpoints (k, v) VALUES ('\\x01', '\\x01')",
+    )
+    .unwrap();
+    for sql in [
+        "UPDATE hitl_records SET v = '\\x02'",
+        "DELETE FROM hitl_records",
+        "TRUNCATE hitl_records",
+        "UPDATE hitl_checkpoints SET v = '\\x02'",
+        "DELETE FROM hitl_checkpoints",
+    ] {
+        assert!(c.batch_execute(sql).is_err(), "{sql} was allowed");
+    }
+    // A server with another key or policy may read, never write.
+    let other = hitl_ledger::storage::postgres::LedgerRow {
+        policy_sha256: "1".repeat(64),
+        ..pg_row()
+    };
+    let e = PgEngine::open(&url, other).unwrap();
+    assert!(e.mismatch().unwrap().unwrap().contains("policy"));
+    assert!(matches!(
+        e.begin_write(),
+        Err(hitl_ledger::storage::StorageError::Incompatible(_))
+    ));
+    assert!(e.snapshot().is_ok());
+}

@@ -1,0 +1,542 @@
+//! Several stateless servers in front of one PostgreSQL database (issue 12): one linear,
+//! gapless chain; exactly one grant per ticket across servers; every acknowledged append
+//! durable through a server's SIGKILL and a database restart; a server whose key or policy
+//! differs refuses to write.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::engine::{Cluster, fresh_database, some_pg_server};
+use crate::http::*;
+use crate::util::*;
+
+/// A ledger on a fresh database of `server`: the first server's data directory.
+fn first_server_dir(server: &str) -> (tempfile::TempDir, HashMap<String, String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let url = fresh_database(server);
+    let (code, _, err) = run(
+        &data,
+        &["init", "--origin", ORIGIN, "--database", url.as_str()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut tokens = HashMap::new();
+    for role in ["agent", "reviewer", "auditor", "admin"] {
+        let (code, out, err) = run(
+            &data,
+            &[
+                "token",
+                "add",
+                "--principal",
+                &format!("{role}-1"),
+                "--role",
+                role,
+                "--format",
+                "json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        tokens.insert(role.to_string(), v["token"].as_str().unwrap().to_string());
+    }
+    (dir, tokens)
+}
+
+/// Another server's data directory: a copy of the first's files (keys, secret, policy,
+/// tokens, configuration), as an operator makes one.
+fn copy_server_dir(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for f in [
+        "ledger.json",
+        "signing.key",
+        "redaction.key",
+        "policy.json",
+        "verifier.key",
+        "tokens.json",
+    ] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+}
+
+struct Servers {
+    children: Vec<Option<Child>>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Servers {
+    fn start(dirs: &[PathBuf]) -> Servers {
+        let mut children = Vec::new();
+        let mut addrs = Vec::new();
+        for d in dirs {
+            let (c, a) = serve_binary(d, &[], Stdio::null());
+            children.push(Some(c));
+            addrs.push(a);
+        }
+        Servers { children, addrs }
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+fn interrupt_body(rid: &str, thread: &str) -> Value {
+    json!({"request_id": rid, "thread_id": thread, "interrupt_id": format!("i-{rid}"),
+           "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}})
+}
+
+/// Posts `body` until a server answers it (retrying the same body after a 5xx or a lost
+/// connection, as the contract says a client does), trying the servers in turn from `first`.
+/// Gives up after `patience`. The answer and the server that gave it.
+fn post_until_answered(
+    addrs: &[SocketAddr],
+    first: usize,
+    path: &str,
+    token: &str,
+    body: &Value,
+    patience: Duration,
+    saw_503: &AtomicU64,
+) -> Option<Resp> {
+    let started = Instant::now();
+    let mut i = first;
+    while started.elapsed() < patience {
+        let addr = addrs[i % addrs.len()];
+        match send(
+            addr,
+            "POST",
+            path,
+            Some(token),
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        ) {
+            Ok(r) if r.status < 500 => return Some(r),
+            Ok(r) => {
+                if r.status == 503 {
+                    saw_503.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(_) => {}
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// The acknowledged appends, by request id: (seq, leaf hash) of the interrupt.
+type Acks = Arc<Mutex<HashMap<String, (u64, String)>>>;
+
+/// Runs `clients` threads appending interrupts (and approving some on the other server) until
+/// `stop`, each spreading over `addrs`; records every acknowledged interrupt.
+fn load(
+    addrs: Vec<SocketAddr>,
+    tokens: &HashMap<String, String>,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+    acks: Acks,
+    saw_503: Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..clients)
+        .map(|c| {
+            let addrs = addrs.clone();
+            let agent = tokens["agent"].clone();
+            let reviewer = tokens["reviewer"].clone();
+            let (stop, acks, saw_503) =
+                (Arc::clone(&stop), Arc::clone(&acks), Arc::clone(&saw_503));
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let rid = format!("c{c}-r{n}");
+                    n += 1;
+                    let body = interrupt_body(&rid, &format!("thread-{}", c % 8));
+                    let Some(r) = post_until_answered(
+                        &addrs,
+                        c,
+                        "/v1/interrupts",
+                        &agent,
+                        &body,
+                        Duration::from_secs(120),
+                        &saw_503,
+                    ) else {
+                        continue;
+                    };
+                    assert!(r.status == 201 || r.status == 200, "{}", r.text());
+                    let v = r.json();
+                    acks.lock().unwrap().insert(
+                        rid.clone(),
+                        (
+                            v["seq"].as_u64().unwrap(),
+                            v["leaf_hash"].as_str().unwrap().to_string(),
+                        ),
+                    );
+                    if n % 3 == 0 {
+                        let d = post_until_answered(
+                            &addrs,
+                            c + 1,
+                            &format!("/v1/requests/{rid}/decision"),
+                            &reviewer,
+                            &json!({"decision": "approve"}),
+                            Duration::from_secs(120),
+                            &saw_503,
+                        );
+                        if let Some(d) = d {
+                            assert!(d.status == 201 || d.status == 200, "{}", d.text());
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// After the servers are gone: `verify` is clean, and each acknowledged interrupt is in the
+/// log exactly once, at its acknowledged seq with its acknowledged leaf hash.
+fn check_log(dir: &Path, acks: &HashMap<String, (u64, String)>, threads: &[String]) {
+    let (code, v) = cli_verify(dir, &[]);
+    assert_eq!(code, 0, "{v}");
+    let records = v["records"].as_u64().unwrap();
+    let mut seen: HashMap<String, Vec<(u64, String)>> = HashMap::new();
+    for thread in threads {
+        let mut after: Option<String> = None;
+        loop {
+            let mut args = vec!["history", "--thread", thread.as_str(), "--format", "json"];
+            if let Some(a) = &after {
+                args.extend(["--after", a.as_str()]);
+            }
+            let (code, out, err) = run(dir, &args);
+            assert_eq!(code, 0, "{err}");
+            let h: Value = serde_json::from_str(&out).unwrap();
+            for r in h["records"].as_array().unwrap() {
+                if r["kind"] == "interrupt" {
+                    let rec = hitl_ledger::format::record::Record::from_value(r).unwrap();
+                    seen.entry(r["request_id"].as_str().unwrap().to_string())
+                        .or_default()
+                        .push((
+                            r["seq"].as_u64().unwrap(),
+                            hex::encode(rec.leaf_hash().unwrap()),
+                        ));
+                }
+            }
+            match h.get("next_after") {
+                Some(n) => after = Some(n.to_string()),
+                None => break,
+            }
+        }
+    }
+    for (rid, (seq, hash)) in acks {
+        let found = seen
+            .get(rid)
+            .unwrap_or_else(|| panic!("acknowledged {rid} is missing"));
+        assert_eq!(found.len(), 1, "{rid} appears {} times", found.len());
+        assert_eq!(found[0], (*seq, hash.clone()), "{rid}");
+        assert!(*seq < records);
+    }
+}
+
+fn load_threads() -> Vec<String> {
+    (0..8).map(|t| format!("thread-{t}")).collect()
+}
+
+#[test]
+fn two_servers_share_one_linear_log_and_one_grant_per_ticket() {
+    let (server, _cluster) = some_pg_server();
+    let (tmp, tokens) = first_server_dir(&server);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    copy_server_dir(&a, &b);
+    let servers = Servers::start(&[a.clone(), b.clone()]);
+    let addrs = servers.addrs.clone();
+    let (agent, reviewer) = (tokens["agent"].clone(), tokens["reviewer"].clone());
+    // 64 clients spread over both servers: each opens 16 requests on one server and has them
+    // approved on the other (1,024 tickets), then two executors race on every ticket, one
+    // on each server.
+    let per_client = 16;
+    let acks: Acks = Arc::default();
+    let grants = AtomicU64::new(0);
+    let double = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for c in 0..64usize {
+            let (acks, agent, reviewer, grants, double, addrs) =
+                (&acks, &agent, &reviewer, &grants, &double, &addrs);
+            s.spawn(move || {
+                let mut tickets = Vec::new();
+                for i in 0..per_client {
+                    let rid = format!("c{c}-r{i}");
+                    let body = interrupt_body(&rid, &format!("thread-{}", c % 8));
+                    let r = post(addrs[(c + i) % 2], "/v1/interrupts", agent, &body);
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let v = r.json();
+                    acks.lock().unwrap().insert(
+                        rid.clone(),
+                        (v["seq"].as_u64().unwrap(), v["leaf_hash"].as_str().unwrap().to_string()),
+                    );
+                    let d = post(
+                        addrs[(c + i + 1) % 2],
+                        &format!("/v1/requests/{rid}/decision"),
+                        reviewer,
+                        &json!({"decision": "approve"}),
+                    );
+                    assert_eq!(d.status, 201, "{}", d.text());
+                    tickets.push((rid, d.json()["ticket_id"].as_str().unwrap().to_string()));
+                }
+                for (rid, ticket) in &tickets {
+                    let body = |attempt: &str| {
+                        json!({"ticket_id": ticket, "attempt_id": attempt,
+                               "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}})
+                    };
+                    let path = format!("/v1/requests/{rid}/authorize");
+                    let (bx, by) = (body("executor-x"), body("executor-y"));
+                    let (x, y) = std::thread::scope(|t| {
+                        let hx = t.spawn(|| post(addrs[0], &path, agent, &bx));
+                        let hy = t.spawn(|| post(addrs[1], &path, agent, &by));
+                        (hx.join().unwrap(), hy.join().unwrap())
+                    });
+                    let g = [&x, &y].iter().filter(|r| r.json()["granted"] == true).count();
+                    if g != 1 {
+                        double.lock().unwrap().push((rid.clone(), x.text(), y.text()));
+                    }
+                    for r in [&x, &y] {
+                        if r.json()["granted"] != true {
+                            assert_eq!(r.json()["code"], "approval_already_used", "{}", r.text());
+                        }
+                    }
+                    grants.fetch_add(g as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    assert!(
+        double.lock().unwrap().is_empty(),
+        "{:?}",
+        double.lock().unwrap()
+    );
+    assert_eq!(grants.load(Ordering::Relaxed), 64 * per_client as u64);
+    // Both servers committed batches.
+    for addr in &addrs {
+        let m = get(*addr, "/metrics", &tokens["admin"]).text();
+        let appends: u64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix("hitl_ledger_appends_total "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(appends > 0, "{addr} appended nothing");
+    }
+    drop(servers);
+    let acks = acks.lock().unwrap().clone();
+    assert_eq!(acks.len(), 64 * per_client);
+    check_log(&a, &acks, &load_threads());
+    // One chain: verify on the other server's data directory agrees.
+    let (code, v) = cli_verify(&b, &[]);
+    assert_eq!(code, 0, "{v}");
+    // Per ticket: its interrupt, its approval, the grant and the other executor's denial.
+    assert_eq!(v["records"], 64 * per_client as u64 * 4, "{v}");
+}
+
+#[test]
+fn a_killed_server_loses_nothing_acknowledged_and_the_other_keeps_serving() {
+    let (server, _cluster) = some_pg_server();
+    let (tmp, tokens) = first_server_dir(&server);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    copy_server_dir(&a, &b);
+    let mut servers = Servers::start(&[a.clone(), b.clone()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Acks = Arc::default();
+    let saw_503 = Arc::new(AtomicU64::new(0));
+    let clients = load(
+        servers.addrs.clone(),
+        &tokens,
+        16,
+        Arc::clone(&stop),
+        Arc::clone(&acks),
+        saw_503,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    servers.kill(0);
+    let before = acks.lock().unwrap().len();
+    // The other server keeps serving (the clients fail over to it).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acks.lock().unwrap().len() < before + 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the surviving server stopped acknowledging"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = post(
+        servers.addrs[1],
+        "/v1/interrupts",
+        &tokens["agent"],
+        &interrupt_body("after-kill", "thread-0"),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    drop(servers);
+    check_log(&a, &acks.lock().unwrap().clone(), &load_threads());
+}
+
+#[test]
+fn a_database_restart_under_load_is_503_then_recovers_without_restarting_servers() {
+    // A cluster of the test's own: it is stopped and started under load.
+    let cluster = Cluster::start();
+    let (tmp, tokens) = first_server_dir(&cluster.url);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    copy_server_dir(&a, &b);
+    let servers = Servers::start(&[a.clone(), b.clone()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Acks = Arc::default();
+    let saw_503 = Arc::new(AtomicU64::new(0));
+    let clients = load(
+        servers.addrs.clone(),
+        &tokens,
+        16,
+        Arc::clone(&stop),
+        Arc::clone(&acks),
+        Arc::clone(&saw_503),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.stop();
+    // While it is down, reads and writes answer 503, and the servers say so.
+    let r = send(
+        servers.addrs[0],
+        "GET",
+        "/v1/pending",
+        Some(&tokens["reviewer"]),
+        None,
+        b"",
+    )
+    .unwrap();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "overloaded");
+    let w = send(
+        servers.addrs[1],
+        "POST",
+        "/v1/interrupts",
+        Some(&tokens["agent"]),
+        Some("application/json"),
+        interrupt_body("while-down", "thread-0")
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(w.status, 503, "{}", w.text());
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.restart();
+    // Without restarting the servers, both acknowledge again.
+    let before = acks.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while acks.lock().unwrap().len() < before + 50 {
+        assert!(Instant::now() < deadline, "the servers did not recover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for addr in &servers.addrs {
+        let h = send(*addr, "GET", "/healthz", None, None, b"").unwrap();
+        assert_eq!(h.status, 200, "{}", h.text());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(
+        saw_503.load(Ordering::Relaxed) > 0,
+        "the clients saw the outage as 503"
+    );
+    drop(servers);
+    check_log(&a, &acks.lock().unwrap().clone(), &load_threads());
+    let requests: HashSet<String> = acks.lock().unwrap().keys().cloned().collect();
+    assert!(!requests.is_empty());
+}
+
+#[test]
+fn a_server_with_another_policy_or_key_refuses_to_write() {
+    let (server, _cluster) = some_pg_server();
+    let (tmp, tokens) = first_server_dir(&server);
+    let a = tmp.path().join("a");
+    let other_policy = tmp.path().join("policy");
+    copy_server_dir(&a, &other_policy);
+    std::fs::write(
+        other_policy.join("policy.json"),
+        r#"{"default": {"approval_ttl_seconds": 60}}"#,
+    )
+    .unwrap();
+    let other_key = tmp.path().join("key");
+    copy_server_dir(&a, &other_key);
+    let stranger = tmp.path().join("stranger");
+    let (code, _, err) = run(&stranger, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_file(other_key.join("signing.key")).unwrap();
+    std::fs::copy(stranger.join("signing.key"), other_key.join("signing.key")).unwrap();
+    let servers = Servers::start(&[a.clone(), other_policy.clone(), other_key.clone()]);
+    let agent = &tokens["agent"];
+    assert_eq!(
+        post(
+            servers.addrs[0],
+            "/v1/interrupts",
+            agent,
+            &interrupt_body("ok", "t")
+        )
+        .status,
+        201
+    );
+    for (i, says) in [(1, "policy"), (2, "signing key")] {
+        let r = post(
+            servers.addrs[i],
+            "/v1/interrupts",
+            agent,
+            &interrupt_body(&format!("no-{i}"), "t"),
+        );
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.code(), "data_dir");
+        assert!(r.text().contains(says), "{}", r.text());
+        // It reads, and says why it does not write.
+        let g = get(servers.addrs[i], "/v1/pending", &tokens["reviewer"]);
+        assert_eq!(g.status, 200, "{}", g.text());
+        let h = send(servers.addrs[i], "GET", "/healthz", None, None, b"").unwrap();
+        assert_eq!(h.status, 503);
+    }
+    drop(servers);
+    let (code, v) = cli_verify(&a, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["records"], 1, "only the first server wrote: {v}");
+}
+
+/// An idle server takes no write lease: the sweeper reads first and finds nothing due.
+#[test]
+fn an_idle_server_does_not_contend_for_the_writer() {
+    let (server, _cluster) = some_pg_server();
+    let (tmp, tokens) = first_server_dir(&server);
+    let a = tmp.path().join("a");
+    let servers = Servers::start(std::slice::from_ref(&a));
+    std::thread::sleep(Duration::from_secs(2));
+    let m = get(servers.addrs[0], "/metrics", &tokens["admin"]).text();
+    let txns = m
+        .lines()
+        .find_map(|l| l.strip_prefix("hitl_ledger_write_transactions_total "))
+        .unwrap();
+    assert_eq!(txns, "0", "an idle server began write transactions:\n{m}");
+}
