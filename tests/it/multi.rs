@@ -189,7 +189,7 @@ fn load(
                             v["leaf_hash"].as_str().unwrap().to_string(),
                         ),
                     );
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         let d = post_until_answered(
                             &addrs,
                             c + 1,
