@@ -6,6 +6,7 @@
 
 pub mod commit;
 pub mod datadir;
+pub mod events;
 mod gate;
 pub mod maintenance;
 pub mod metrics;

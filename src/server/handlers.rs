@@ -14,6 +14,7 @@ use super::AppState;
 use super::routes::{Route, bearer, match_route, query_params, query_u64, segments};
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::record::{Actor, check_id};
+use crate::ledger::events::Audience;
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
 use crate::server::tokens::{Role, TokenEntry};
 use crate::wire;
@@ -193,8 +194,13 @@ async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
             let _ = tx.send(r);
         }),
     )?;
-    rx.await
-        .unwrap_or_else(|_| Err(Error::new(ErrorCode::Internal, "the writer stopped")))
+    let outcome = rx
+        .await
+        .unwrap_or_else(|_| Err(Error::new(ErrorCode::Internal, "the writer stopped")));
+    if outcome.is_ok() {
+        st.committed();
+    }
+    outcome
 }
 
 fn path_id(field: &str, id: &str) -> Result<()> {
@@ -225,7 +231,7 @@ async fn dispatch(
     st: &Arc<AppState>,
     route: Route,
     req: Request,
-    _entry: &TokenEntry,
+    entry: &TokenEntry,
     actor: Actor,
 ) -> Result<Response> {
     let params = query_params(req.uri().query());
@@ -281,6 +287,14 @@ async fn dispatch(
             Ok(json_response(200, &bundle.to_value()))
         }
         Route::Checkpoint => Ok(text_response(blocking(st, |l| l.checkpoint()).await?)),
+        Route::Events => {
+            let after = super::events::start_position(req.headers(), query_u64(&params, "after")?)?;
+            let audience = match entry.role {
+                Role::Agent => Audience::OpenedBy(entry.principal.clone()),
+                _ => Audience::Everything,
+            };
+            Ok(super::events::respond(st, audience, after))
+        }
         Route::Inclusion => {
             let seq = query_u64(&params, "seq")?.ok_or_else(|| {
                 Error::new(ErrorCode::MissingField, "query parameter seq is required")

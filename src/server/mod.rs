@@ -5,9 +5,11 @@
 //! - [`routes`]: the route table, roles and path decoding;
 //! - [`handlers`]: one handler per route;
 //! - [`body`]: reading request bodies within the bounds;
-//! - [`tokens`]: the bearer tokens file.
+//! - [`tokens`]: the bearer tokens file;
+//! - [`events`]: the decision stream (`GET /v1/events`);
 
 mod body;
+pub mod events;
 mod handlers;
 pub mod routes;
 pub mod tokens;
@@ -38,6 +40,12 @@ pub struct AppState {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// The most body bytes in flight before writes answer 503 `overloaded`.
     max_in_flight: usize,
+    /// Bumped after every local commit: wakes the event streams that have caught up.
+    commits: tokio::sync::watch::Sender<u64>,
+    /// Set when the server stops: the event streams end, so graceful shutdown can finish.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// Heartbeat and poll intervals of the event streams.
+    stream_timing: events::StreamTiming,
 }
 
 /// The tokens file the server watches, so `token add` (or removing a line) takes effect
@@ -61,7 +69,27 @@ impl AppState {
             tokens_file: None,
             in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             max_in_flight: MAX_IN_FLIGHT_BYTES,
+            commits: tokio::sync::watch::Sender::new(0),
+            stopping: tokio::sync::watch::Sender::new(false),
+            stream_timing: events::StreamTiming::default(),
         }
+    }
+
+    /// Sets the event streams' heartbeat and poll intervals (defaults
+    /// [`events::HEARTBEAT`], [`events::POLL`]).
+    pub fn with_stream_timing(mut self, timing: events::StreamTiming) -> AppState {
+        self.stream_timing = timing;
+        self
+    }
+
+    /// Wakes the event streams: something was committed.
+    fn committed(&self) {
+        self.commits.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Ends every event stream (and refuses new ones), so in-flight requests can finish.
+    pub fn stop_streams(&self) {
+        self.stopping.send_replace(true);
     }
 
     /// Bounds the request-body bytes in flight (default [`MAX_IN_FLIGHT_BYTES`]).
@@ -186,15 +214,23 @@ pub async fn serve(
                         let _ = tx.send(r);
                     }),
                 );
-                if submitted.is_ok()
-                    && let Ok(Err(e)) = rx.await
-                {
-                    tracing::warn!(error = %e, "timeout sweep failed");
+                if submitted.is_ok() {
+                    match rx.await {
+                        Ok(Ok(_)) => st.committed(),
+                        Ok(Err(e)) => tracing::warn!(error = %e, "timeout sweep failed"),
+                        Err(_) => {}
+                    }
                 }
             }
         })
     };
     let app = router(Arc::clone(&state));
+    let streams = Arc::clone(&state);
+    let shutdown = async move {
+        shutdown.await;
+        // Event streams never finish by themselves: end them so the graceful shutdown can.
+        streams.stop_streams();
+    };
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -33,6 +33,8 @@ pub enum Route {
     Inclusion,
     /// `GET /v1/proofs/consistency`.
     Consistency,
+    /// `GET /v1/events`.
+    Events,
     /// `GET /metrics`.
     Metrics,
 }
@@ -59,7 +61,7 @@ impl Route {
             Route::Decision(_) => &[Role::Reviewer],
             Route::Request(_) | Route::Pending => &[Role::Reviewer, Role::Auditor],
             Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
-            Route::Checkpoint | Route::Inclusion | Route::Consistency => {
+            Route::Checkpoint | Route::Inclusion | Route::Consistency | Route::Events => {
                 &[Role::Agent, Role::Reviewer, Role::Auditor]
             }
             Route::Metrics => &[],
@@ -105,6 +107,7 @@ pub fn match_route(segs: &[Option<String>]) -> Option<Route> {
         ["v1", "checkpoint"] => Route::Checkpoint,
         ["v1", "proofs", "inclusion"] => Route::Inclusion,
         ["v1", "proofs", "consistency"] => Route::Consistency,
+        ["v1", "events"] => Route::Events,
         ["metrics"] => Route::Metrics,
         _ => return None,
     })

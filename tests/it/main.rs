@@ -8,6 +8,7 @@ mod util;
 
 mod cli;
 mod crash;
+mod events;
 mod faults;
 mod fuzz;
 mod gate;

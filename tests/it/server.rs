@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use hitl_ledger::ledger::Ledger;
 use hitl_ledger::ledger::commit::{CommitConfig, Committer};
+use hitl_ledger::server::events::StreamTiming;
 use hitl_ledger::server::tokens::{Role, Tokens, add_token};
 use hitl_ledger::server::{AppState, serve};
 use serde_json::{Value, json};
@@ -33,6 +34,19 @@ impl TestServer {
 
     /// A server with a bound on the request-body bytes in flight.
     pub fn start_full(commit: CommitConfig, max_in_flight: Option<usize>) -> TestServer {
+        TestServer::start_opts(commit, max_in_flight, None)
+    }
+
+    /// A server whose event streams use `timing`.
+    pub fn start_streaming(timing: StreamTiming) -> TestServer {
+        TestServer::start_opts(CommitConfig::default(), None, Some(timing))
+    }
+
+    fn start_opts(
+        commit: CommitConfig,
+        max_in_flight: Option<usize>,
+        timing: Option<StreamTiming>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         Ledger::init_with(dir.path(), ORIGIN, crate::engine::for_new_ledger()).unwrap();
         let tpath = dir.path().join("tokens.json");
@@ -68,6 +82,9 @@ impl TestServer {
                     .watch_tokens_file(&path.join("tokens.json"));
                 if let Some(n) = max_in_flight {
                     state = state.with_max_in_flight(n);
+                }
+                if let Some(t) = timing {
+                    state = state.with_stream_timing(t);
                 }
                 serve(listener, state, async move {
                     let _ = stop_rx.await;

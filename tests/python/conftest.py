@@ -50,6 +50,7 @@ class LedgerServer:
     verifier_key: str
     log: Path
     clients: dict[str, LedgerClient] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
 
     def client(self, role: str, **kw) -> LedgerClient:
         return LedgerClient(self.url, self.tokens[role], **kw)
@@ -123,11 +124,30 @@ def start_server(
              "--format", "json")
     )
     tokens["reviewer2"] = answer["token"]
+    # A second agent (another host), for what one agent may and may not see of another's.
+    answer = json.loads(
+        _run(binary, data, "token", "add", "--principal", "py-agent-2", "--role", "agent",
+             "--format", "json")
+    )
+    tokens["agent2"] = answer["token"]
     log = root / "server.log"
+    proc, addr = _serve(binary, data, log, "127.0.0.1:0", extra_args)
+    server = LedgerServer(
+        data=data, url=f"http://{addr}", proc=proc, tokens=tokens,
+        verifier_key=verifier_key, log=log, extra_args=extra_args,
+    )
+    for role in (*ROLES, "reviewer2", "agent2"):
+        server.clients[role] = server.client(role)
+    return server
+
+
+def _serve(
+    binary: Path, data: Path, log: Path, listen: str, extra_args: tuple[str, ...]
+) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [str(binary), "--data", str(data), "serve", "--listen", "127.0.0.1:0", *extra_args],
+        [str(binary), "--data", str(data), "serve", "--listen", listen, *extra_args],
         stdout=subprocess.PIPE,
-        stderr=open(log, "wb"),  # noqa: SIM115 - owned by the child
+        stderr=open(log, "ab"),  # noqa: SIM115 - owned by the child
         text=True,
     )
     line = _first_line(proc, timeout=30)
@@ -136,14 +156,24 @@ def start_server(
         raise RuntimeError(
             f"server did not announce itself (got {line!r}); log: {log.read_text()[-2000:]}"
         )
-    addr = line.split("listening on ", 1)[1].strip()
-    server = LedgerServer(
-        data=data, url=f"http://{addr}", proc=proc, tokens=tokens,
-        verifier_key=verifier_key, log=log,
-    )
-    for role in (*ROLES, "reviewer2"):
-        server.clients[role] = server.client(role)
-    return server
+    return proc, line.split("listening on ", 1)[1].strip()
+
+
+def restart_server(server: LedgerServer, *, timeout: float = 10.0) -> None:
+    """Stop ``server`` (SIGTERM) and serve the same data directory again on the same address,
+    so its clients (and their open event streams) reconnect to it."""
+    server.stop()
+    addr = server.url.split("://", 1)[1]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            server.proc, _ = _serve(ledger_bin(), server.data, server.log, addr,
+                                    server.extra_args)
+            return
+        except RuntimeError:
+            if time.monotonic() >= deadline:  # the port stayed taken
+                raise
+            time.sleep(0.2)
 
 
 def _first_line(proc: subprocess.Popen, timeout: float) -> str:

@@ -1,14 +1,24 @@
 """Python client of hitl-ledger, the tamper-evident ledger of human-in-the-loop approvals.
 
-- :class:`LedgerClient`: every route of the v1 HTTP API, with typed errors (:mod:`.errors`).
+- :class:`LedgerClient`: every route of the v1 HTTP API, with typed errors (:mod:`.errors`);
+  :meth:`LedgerClient.events` follows the decision stream as :class:`Event` objects.
 - :mod:`hitl_ledger.digest`: RFC 8785 canonical JSON, the action digest, the idempotency key.
-- :mod:`hitl_ledger.langgraph`: append before pausing, resume with a ticket, execute on a grant.
+- :mod:`hitl_ledger.langgraph`: append before pausing, resume with a ticket, execute on a grant,
+  and :class:`~hitl_ledger.langgraph.ResumeWorker`, which resumes paused graphs from the stream.
 - :mod:`hitl_ledger.langchain_hitl`: langchain ``HumanInTheLoopMiddleware`` decisions as ledger
   decisions, and a ledger-gated middleware for agents.
 """
 
 from . import errors
-from .client import Authorization, DecisionResult, LedgerClient, RequestState, WriteResult
+from .client import (
+    Authorization,
+    DecisionResult,
+    Event,
+    EventStream,
+    LedgerClient,
+    RequestState,
+    WriteResult,
+)
 from .digest import (
     ACTION_SCHEMA,
     action_digest,
@@ -23,6 +33,7 @@ from .errors import (
     ERROR_CLASSES,
     ApiError,
     AuthorizationDenied,
+    EventStreamError,
     HitlLedgerError,
     InterruptIdMismatch,
     InvalidResume,
@@ -42,6 +53,8 @@ __all__ = [
     "DecisionResult",
     "Authorization",
     "RequestState",
+    "Event",
+    "EventStream",
     "ACTION_SCHEMA",
     "action_digest",
     "canonicalize",
@@ -55,6 +68,7 @@ __all__ = [
     "HitlLedgerError",
     "LedgerConnectionError",
     "LedgerProtocolError",
+    "EventStreamError",
     "ApiError",
     "AuthorizationDenied",
     "InvalidResume",

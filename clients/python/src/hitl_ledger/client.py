@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .digest import canonicalize, validate_action
+from .events import Event, EventStream
 from .errors import (
     LedgerConnectionError,
     LedgerProtocolError,
@@ -39,6 +40,8 @@ __all__ = [
     "DecisionResult",
     "Authorization",
     "RequestState",
+    "Event",
+    "EventStream",
 ]
 
 
@@ -541,6 +544,51 @@ class LedgerClient:
         query = urllib.parse.urlencode({"from": first, "to": second})
         _, answer = self.request("GET", f"/v1/proofs/consistency?{query}")
         return answer
+
+    def events(
+        self,
+        after: int | None = None,
+        *,
+        idle_timeout: float | None = None,
+        read_timeout: float = 45.0,
+        backoff: float | None = None,
+        max_backoff: float = 30.0,
+        max_reconnects: int | None = None,
+    ) -> EventStream:
+        """``GET /v1/events`` (agent, reviewer, auditor): an iterator over :class:`Event`.
+
+        Every committed record the token may see with ``seq > after`` (``after=None``: from seq
+        0), then live records as they commit, in ``seq`` order. A reviewer or auditor sees every
+        record; an agent token sees the records of requests its principal opened (for an edit's
+        new request, the principal that opened the original). For a live-only start, pass the
+        largest seq you hold, or ``checkpoint size - 1``.
+
+        The iterator checks each event (its id strictly increases and equals the record's
+        ``seq``; ``leaf_hash`` is the record's) and raises
+        :class:`~hitl_ledger.errors.EventStreamError` otherwise. After a dropped connection, a
+        silence longer than ``read_timeout`` (the server sends a heartbeat every 15 s), a
+        connection error or a 5xx answer, it reconnects with ``Last-Event-ID`` (and ``?after``) =
+        the last event it received (those received and not yet yielded are still yielded, once),
+        waiting the server's ``retry:`` (else ``backoff``, default the client's)
+        doubled per consecutive failure, or ``Retry-After``, at most ``max_backoff`` seconds; so
+        each event is yielded exactly once, in order, also across a server restart.
+        ``max_reconnects`` (default: unbounded) is how many failed attempts in a row it makes
+        before raising :class:`~hitl_ledger.errors.LedgerConnectionError`. A 4xx answer raises
+        the typed error (``Unauthenticated``, ``Forbidden``, ``InvalidRequest``, …).
+
+        ``idle_timeout``: end the iteration once no event has arrived for that many seconds
+        (for "process what is there now"; heartbeats do not count). Without it the iterator
+        follows the stream until :meth:`EventStream.close` (callable from another thread).
+        """
+        return EventStream(
+            self,
+            after,
+            idle_timeout=idle_timeout,
+            read_timeout=read_timeout,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            max_reconnects=max_reconnects,
+        )
 
     def healthz(self) -> bool:
         """``GET /healthz``: ``True`` when the ledger answers 2xx."""

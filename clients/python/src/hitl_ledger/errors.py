@@ -41,6 +41,19 @@ class LedgerProtocolError(HitlLedgerError):
         self.body = body
 
 
+class EventStreamError(LedgerProtocolError):
+    """The decision stream broke its promise: an event id that does not strictly increase, that
+    differs from the record's ``seq``, a ``leaf_hash`` that is not the record's, data that is
+    not the contract's JSON. Raised instead of skipping or repeating an event; the stream is
+    closed. ``event_id`` is the offending id as sent (or ``None``), ``after`` the seq of the
+    previous event (or the position the stream was asked from)."""
+
+    def __init__(self, message: str, *, event_id: str | None, after: int | None) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.after = after
+
+
 class ApiError(HitlLedgerError):
     """An error answer of the ledger: ``status``, the stable ``code`` and the ``message``."""
 
