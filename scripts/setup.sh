@@ -7,7 +7,9 @@
 #   - a C++ compiler (RocksDB is C++);
 #   - Python 3 with its venv and ensurepip modules (the Python tests run in a virtual env);
 #   - PostgreSQL's server (the tests run the ledger on PostgreSQL too, in a throwaway cluster
-#     that scripts/pg.sh starts as the unprivileged postgres user).
+#     that scripts/pg.sh starts as the unprivileged postgres user);
+#   - Chromium and its WebDriver (packages chromium and chromium-driver: the reviewer's console
+#     is tested in headless Chromium, tests/browser).
 #
 #   scripts/setup.sh            install what is missing (apt-get; sudo when not root)
 #   scripts/setup.sh --detect   print one line per requirement, "found ..." or "missing ...",
@@ -88,6 +90,14 @@ pg_server_ok() {
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1
 }
 
+chromium_ok() {
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1
+}
+
+chromedriver_ok() {
+  command -v chromedriver >/dev/null 2>&1
+}
+
 python_ok() {
   command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' >/dev/null 2>&1
 }
@@ -122,6 +132,19 @@ if pg_server_ok; then
 else
   report+=("postgresql server: missing (package postgresql; the tests run the ledger on it too)")
   need+=(postgresql)
+fi
+
+if chromium_ok; then
+  report+=("chromium: found $(command -v chromium || command -v chromium-browser)")
+else
+  report+=("chromium: missing (package chromium; the console's browser tests run it headless)")
+  need+=(chromium)
+fi
+if chromedriver_ok; then
+  report+=("chromium webdriver: found $(command -v chromedriver)")
+else
+  report+=("chromium webdriver: missing (package chromium-driver)")
+  need+=(chromium-driver)
 fi
 
 if [ "${1:-}" = "--detect" ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: Rust (unit, integration, vectors, doc tests) on RocksDB, the integration
 # tests again on PostgreSQL, the Python interop check of export bundles, and the Python
-# client with real LangGraph graphs against the real server.
+# client with real LangGraph graphs against the real server, and the reviewer's console in a
+# real browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -33,3 +34,5 @@ VENV="${CARGO_TARGET_DIR%/target}/venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt -e clients/python
 "$VENV/bin/python" -m pytest -q tests/scripts tests/interop tests/python
+# The reviewer's console in headless Chromium (its own run: its conftest is not tests/python's).
+"$VENV/bin/python" -m pytest -q tests/browser

@@ -67,6 +67,17 @@ pub(super) async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Res
 
 async fn route(st: &Arc<AppState>, req: Request) -> Response {
     let path = req.uri().path().to_string();
+    if super::console::is_console_path(&path) {
+        // Static files holding no data; what they fetch carries the reviewer's own token.
+        return if req.method() == Method::GET || req.method() == Method::HEAD {
+            super::console::serve(&path)
+        } else {
+            error_response(
+                &Error::new(ErrorCode::MethodNotAllowed, "the console answers GET"),
+                Some("GET"),
+            )
+        };
+    }
     if path == "/healthz" {
         return if req.method() == Method::GET || req.method() == Method::HEAD {
             match st.ledger.write_refusal() {

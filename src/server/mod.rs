@@ -7,8 +7,10 @@
 //! - [`body`]: reading request bodies within the bounds;
 //! - [`tokens`]: the bearer tokens file;
 //! - [`events`]: the decision stream (`GET /v1/events`);
+//! - [`console`]: the reviewer's console, static files built into the binary.
 
 mod body;
+pub mod console;
 pub mod events;
 mod handlers;
 pub mod routes;

@@ -1,0 +1,892 @@
+// The reviewer's console (docs/console.md). Three places that never mix:
+//   - "Needs an answer now": the ledger's pending queue (GET /v1/pending), kept live from the
+//     decision stream (GET /v1/events), with approve / reject / edit;
+//   - "Recorded": histories of requests and threads, read-only, no action controls;
+//   - "Verify": an export bundle checked in the browser (verify.js), trusting only the key the
+//     auditor pastes or pins.
+// The token lives in sessionStorage and travels only in the Authorization header. The DOM is
+// built with createElement / textContent only: no data is ever parsed as HTML.
+
+import { JsonError, canonicalize, isObject, parseJson } from './jcs.js';
+import { DecisionStream } from './sse.js';
+import { EnvironmentError, validId, verifyBundle } from './verify.js';
+
+const TOKEN_KEY = 'hitl-ledger.console.token';
+const PIN_KEY = 'hitl-ledger.console.verifier-key';
+/** How many records before the current end the stream starts, for "closed while open". */
+const STREAM_BACKLOG = 200;
+const MAX_CLOSED_SHOWN = 50;
+
+// ------------------------------------------------------------------------------------ DOM
+
+/** `el('p', {class: 'x'}, 'text', child)`: an element with attributes and children. */
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (v === true) e.setAttribute(k, '');
+    else e.setAttribute(k, String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+const $ = (id) => document.getElementById(id);
+
+function clear(node) {
+  while (node.firstChild) node.firstChild.remove();
+}
+
+/** A timestamp of the ledger's (RFC 3339 UTC) as "2026-12-01 14:32:05 UTC". */
+function fmtTs(ts) {
+  if (typeof ts !== 'string') return String(ts);
+  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(\.\d+)?Z$/.exec(ts);
+  return m ? `${m[1]} ${m[2]} UTC` : ts;
+}
+
+/** "14:32:05 UTC" of a ledger timestamp. */
+function fmtClock(ts) {
+  const m = /T(\d{2}:\d{2}:\d{2})/.exec(ts ?? '');
+  return m ? `${m[1]} UTC` : String(ts);
+}
+
+function fmtDuration(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1000));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const r = s % 60;
+  const two = (n) => String(n).padStart(2, '0');
+  return h > 0 ? `${h} h ${two(m)} min ${two(r)} s` : m > 0 ? `${m} min ${two(r)} s` : `${r} s`;
+}
+
+/** A JSON value as indented text, for display (placeholders of redacted values as they are). */
+function pretty(v) {
+  return JSON.stringify(v, null, 2);
+}
+
+const isRedacted = (v) => typeof v === 'string' && v.startsWith('hmac-sha256:');
+
+/**
+ * The action's arguments as a definition list; a redacted value (the ledger stores only its
+ * HMAC) is shown as "redacted", never as the placeholder's digits nor anything in clear.
+ */
+function renderArgs(args, redacted) {
+  const pointers = new Set(redacted ?? []);
+  const walk = (v, ptr) => {
+    if (pointers.has(ptr) || isRedacted(v)) {
+      return el('span', { class: 'redacted', title: 'redacted by the ledger: only its HMAC is stored' }, 'redacted');
+    }
+    if (Array.isArray(v)) {
+      if (v.length === 0) return el('code', { text: '[]' });
+      const ol = el('ol', { class: 'json-list', start: '0' });
+      v.forEach((x, i) => ol.append(el('li', {}, walk(x, `${ptr}/${i}`))));
+      return ol;
+    }
+    if (isObject(v)) {
+      const keys = Object.keys(v);
+      if (keys.length === 0) return el('code', { text: '{}' });
+      const dl = el('dl', { class: 'json-obj' });
+      for (const k of keys) {
+        const esc = k.replace(/~/g, '~0').replace(/\//g, '~1');
+        dl.append(el('dt', {}, el('code', { text: k })), el('dd', {}, walk(v[k], `${ptr}/${esc}`)));
+      }
+      return dl;
+    }
+    return el('code', { class: 'json-scalar', text: JSON.stringify(v) });
+  };
+  return walk(args, '');
+}
+
+// ------------------------------------------------------------------------------------ API
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** A call of the ledger's API with the token in the Authorization header only. */
+async function api(method, path, body = undefined, { raw = false } = {}) {
+  const headers = { Authorization: `Bearer ${token()}`, Accept: raw ? '*/*' : 'application/json' };
+  const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(0, 'network', `the ledger did not answer (${e.message})`);
+  }
+  if (!res.ok) {
+    let code = 'http_' + res.status;
+    let message = `the ledger answered ${res.status}`;
+    try {
+      const j = await res.json();
+      if (j && typeof j.error === 'string') code = j.error;
+      if (j && typeof j.message === 'string') message = j.message;
+    } catch {
+      // not JSON: keep the status
+    }
+    if (res.status === 401) signOut('The ledger does not know this token (401). Sign in again.');
+    throw new ApiError(res.status, code, message);
+  }
+  if (raw) return new Uint8Array(await res.arrayBuffer());
+  return res.json();
+}
+
+const seg = (id) => encodeURIComponent(id);
+
+// ------------------------------------------------------------------------------- the queue
+
+/** Request id -> {interrupt, card, countdown, state}. */
+const queue = new Map();
+/** Request ids the stream saw closed, so a pending list read later cannot bring one back. */
+const closedIds = new Set();
+let stream = null;
+let ticker = null;
+
+const CLOSING = new Set(['decision', 'rejection', 'timeout', 'revocation']);
+
+function updateCount() {
+  const n = [...queue.values()].filter((q) => q.state === 'open').length;
+  $('queue-count').textContent = n ? `(${n})` : '';
+  $('queue-empty').hidden = queue.size > 0;
+}
+
+/** The first seq recorded after the page started: earlier records are only history. */
+let liveFrom = 0;
+
+async function onRecord(rec, leafHash, seq) {
+  const rid = rec.request_id;
+  if (rid === null) return;
+  if (rec.kind === 'interrupt') {
+    // Earlier requests come from the pending list; an edit's new request is approved in the
+    // same write, so it never waits for an answer.
+    if (seq >= liveFrom && rec.body.edit_of === null && !closedIds.has(rid) && !queue.has(rid)) addToQueue(rec);
+    return;
+  }
+  if (!CLOSING.has(rec.kind)) return;
+  if (rec.kind === 'revocation' && closedIds.has(rid)) return; // revoking an approval
+  closedIds.add(rid);
+  noteClosed(rec);
+  const q = queue.get(rid);
+  if (!q) return;
+  if (rec.kind === 'timeout') {
+    markTimedOut(q, rec.body.expires_at);
+  } else if (q.state === 'open') {
+    removeFromQueue(rid, `Request ${rid} was answered elsewhere (${describeClosing(rec)}); it left the queue.`);
+  }
+  // 'deciding': this page's own decision; decide() shows the ledger's answer.
+}
+
+function describeClosing(rec) {
+  const who = rec.actor ? `${rec.actor.principal} (${rec.actor.role})` : 'the ledger';
+  switch (rec.kind) {
+    case 'decision':
+      return rec.body.decision === 'edit' ? `edited by ${who}` : `approved by ${who}`;
+    case 'rejection':
+      return `rejected by ${who}`;
+    case 'timeout':
+      return `timed out at ${fmtClock(rec.body.expires_at)}`;
+    case 'revocation':
+      return `revoked by ${who}`;
+    default:
+      return rec.kind;
+  }
+}
+
+function noteClosed(rec) {
+  const list = $('closed');
+  const link = el('a', { href: `#recorded/request/${encodeURIComponent(rec.request_id)}` }, rec.request_id);
+  list.prepend(el('li', {}, link, ` — ${describeClosing(rec)}, ${fmtTs(rec.ts)}`));
+  while (list.children.length > MAX_CLOSED_SHOWN) list.lastChild.remove();
+}
+
+function removeFromQueue(rid, note) {
+  const q = queue.get(rid);
+  if (!q) return;
+  q.card.remove();
+  queue.delete(rid);
+  updateCount();
+  if (note) announce(note);
+}
+
+function announce(text, cls = 'info') {
+  $('answers').prepend(el('p', { class: `answer ${cls}` }, text));
+}
+
+function markTimedOut(q, expiresAt) {
+  // Also when already marked: a forced or late attempt must leave nothing decidable.
+  for (const b of q.card.querySelectorAll('[data-decide]')) {
+    b.disabled = true;
+    b.setAttribute('aria-expanded', 'false');
+  }
+  for (const f of q.card.querySelectorAll('.decide-form')) f.hidden = true;
+  if (q.state === 'timed_out') return;
+  q.state = 'timed_out';
+  q.card.classList.add('timed-out');
+  q.countdown.textContent = 'none (timed out)';
+  q.deadline.textContent = `Timed out at ${fmtTs(expiresAt)}: nobody answered in time, the ledger recorded a `
+    + 'timeout and the agent is told timeout. It can no longer be decided.';
+  q.card.append(el('button', {
+    type: 'button', class: 'dismiss',
+    onclick: () => removeFromQueue(q.rid, null),
+  }, 'Remove from this list'));
+  updateCount();
+}
+
+/** Adds the request an interrupt opened, reading its current state first. */
+async function addToQueue(interrupt) {
+  const rid = interrupt.request_id;
+  const q = buildCard(interrupt);
+  queue.set(rid, q);
+  $('queue').append(q.card);
+  updateCount();
+  tick();
+}
+
+async function loadRequest(rid) {
+  const r = await api('GET', `/v1/requests/${seg(rid)}`);
+  const interrupt = r.records.find((x) => x.kind === 'interrupt' && x.request_id === rid);
+  return { state: r.state, interrupt, records: r.records };
+}
+
+function buildCard(rec) {
+  const b = rec.body;
+  const rid = rec.request_id;
+  const id = `req-${queue.size}-${Math.random().toString(36).slice(2, 8)}`;
+  const card = el('li', { class: 'card', 'aria-labelledby': `${id}-title`, 'data-request-id': rid });
+  const deadline = el('p', { class: 'deadline', id: `${id}-deadline` });
+  const countdown = el('span', { class: 'countdown', role: 'timer', 'aria-live': 'off' });
+  const q = { rid, rec, card, deadline, countdown, state: 'open', expires: Date.parse(b.expires_at) };
+
+  card.append(
+    el('h3', { id: `${id}-title` }, 'Call ', el('code', { text: b.tool }), ` — request ${rid}`),
+    el('p', { class: 'when' }, 'Time left: ', countdown),
+    deadline,
+    el('dl', { class: 'facts' },
+      el('dt', {}, 'Tool'), el('dd', {}, el('code', { text: b.tool })),
+      el('dt', {}, 'Arguments'), el('dd', { class: 'args' }, renderArgs(b.args, b.redacted)),
+      b.redacted.length ? el('dt', {}, 'Redacted fields') : null,
+      b.redacted.length ? el('dd', {}, b.redacted.join(', ') + ' (the ledger holds only an HMAC of each)') : null,
+      el('dt', {}, 'Bound to digest'), el('dd', {}, el('code', { class: 'digest', text: b.action_digest })),
+      el('dt', {}, 'Thread'), el('dd', {}, el('code', { text: rec.thread_id })),
+      el('dt', {}, 'Run'), el('dd', {}, rec.run_id === null ? 'not named' : el('code', { text: rec.run_id })),
+      el('dt', {}, 'Asked by'), el('dd', {}, `${rec.actor.principal} (${rec.actor.role})`),
+      el('dt', {}, 'Asked at'), el('dd', {}, fmtTs(rec.ts)),
+      el('dt', {}, 'You may'), el('dd', {}, b.allowed_decisions.join(', ')),
+    ),
+  );
+  deadline.textContent = `Times out at ${fmtTs(b.expires_at)}; if nobody answers by then the agent is told timeout.`;
+
+  const actions = el('div', { class: 'actions' });
+  const forms = el('div', {});
+  const allowed = new Set(b.allowed_decisions);
+  const addAction = (kind, label, form) => {
+    const btn = el('button', { type: 'button', 'data-decide': kind, 'aria-expanded': 'false' }, label);
+    btn.addEventListener('click', () => {
+      for (const f of forms.children) if (f !== form) f.hidden = true;
+      for (const other of actions.querySelectorAll('[data-decide]')) other.setAttribute('aria-expanded', 'false');
+      form.hidden = !form.hidden;
+      btn.setAttribute('aria-expanded', String(!form.hidden));
+      if (!form.hidden) form.querySelector('textarea, input')?.focus();
+    });
+    actions.append(btn);
+    forms.append(form);
+  };
+  if (allowed.has('approve')) addAction('approve', 'Approve…', approveForm(q, id));
+  if (allowed.has('reject')) addAction('reject', 'Reject…', rejectForm(q, id));
+  if (allowed.has('edit')) addAction('edit', 'Edit…', editForm(q, id));
+  const error = el('p', { class: 'error', role: 'alert' });
+  q.error = error;
+  card.append(actions, forms, error);
+  return q;
+}
+
+function rationaleField(id, required) {
+  const input = el('textarea', { id, rows: '2', required: required || null, 'aria-required': String(required) });
+  const label = el('label', { for: id }, required ? 'Rationale (required)' : 'Rationale (optional)');
+  return { input, nodes: [label, input] };
+}
+
+function approveForm(q, id) {
+  const r = rationaleField(`${id}-approve-rationale`, false);
+  const form = el('form', { class: 'decide-form', hidden: true, 'aria-label': `Approve request ${q.rid}` },
+    ...r.nodes, el('button', { type: 'submit' }, 'Approve this call'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const rationale = r.input.value.trim() === '' ? undefined : r.input.value;
+    decide(q, { decision: 'approve', rationale });
+  });
+  return form;
+}
+
+function rejectForm(q, id) {
+  const r = rationaleField(`${id}-reject-rationale`, true);
+  const form = el('form', { class: 'decide-form', hidden: true, novalidate: true, 'aria-label': `Reject request ${q.rid}` },
+    ...r.nodes, el('button', { type: 'submit' }, 'Reject this call'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    if (r.input.value.trim() === '') {
+      q.error.textContent = 'A rejection needs a rationale: say why, the agent is told it.';
+      r.input.focus();
+      return;
+    }
+    decide(q, { decision: 'reject', rationale: r.input.value });
+  });
+  return form;
+}
+
+/** Validates the editor's text as `{tool, args}`: the action, or a message. */
+function readAction(text) {
+  let v;
+  try {
+    v = parseJson(text, { maxDepth: 64, rejectUnsafeIntegers: true });
+  } catch (e) {
+    if (e instanceof JsonError) return { error: `not JSON the ledger accepts: ${e.message}` };
+    throw e;
+  }
+  if (!isObject(v)) return { error: 'the edited call must be an object {"tool": ..., "args": {...}}' };
+  const extra = Object.keys(v).filter((k) => k !== 'tool' && k !== 'args');
+  if (extra.length) return { error: `unknown member ${JSON.stringify(extra[0])}: only "tool" and "args"` };
+  if (typeof v.tool !== 'string' || !validId(v.tool)) return { error: '"tool" must be a tool name (1 to 256 bytes, no control characters)' };
+  if (!isObject(v.args)) return { error: '"args" must be an object' };
+  try {
+    canonicalize(v);
+  } catch (e) {
+    return { error: `the call has no canonical form: ${e.message}` };
+  }
+  return { action: v };
+}
+
+/** The changes from `a` to `b` as [pointer, kind, old, new] rows. */
+function diff(a, b, ptr = '') {
+  const out = [];
+  const bothObj = isObject(a) && isObject(b);
+  const bothArr = Array.isArray(a) && Array.isArray(b);
+  if (bothObj || bothArr) {
+    const keys = bothArr
+      ? [...Array(Math.max(a.length, b.length)).keys()].map(String)
+      : [...new Set([...Object.keys(a), ...Object.keys(b)])];
+    for (const k of keys) {
+      const p = `${ptr}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      const inA = bothArr ? Number(k) < a.length : Object.prototype.hasOwnProperty.call(a, k);
+      const inB = bothArr ? Number(k) < b.length : Object.prototype.hasOwnProperty.call(b, k);
+      if (inA && !inB) out.push([p, 'removed', a[k], undefined]);
+      else if (!inA && inB) out.push([p, 'added', undefined, b[k]]);
+      else out.push(...diff(a[k], b[k], p));
+    }
+    return out;
+  }
+  if (canonicalize(a) !== canonicalize(b)) out.push([ptr || '/', 'changed', a, b]);
+  return out;
+}
+
+/** The value at a JSON Pointer, or undefined. */
+function atPointer(doc, pointer) {
+  let v = doc;
+  for (const raw of pointer.split('/').slice(1)) {
+    const k = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (Array.isArray(v) && /^(0|[1-9][0-9]*)$/.test(k) && Number(k) < v.length) v = v[Number(k)];
+    else if (isObject(v) && Object.prototype.hasOwnProperty.call(v, k)) v = v[k];
+    else return undefined;
+  }
+  return v;
+}
+
+/** The redacted pointers at which an edited call still holds one of the ledger's placeholders. */
+function keptPlaceholders(pointers, args) {
+  return pointers.filter((p) => isRedacted(atPointer(args, p)));
+}
+
+function showValue(v) {
+  if (v === undefined) return '—';
+  return isRedacted(v) ? 'redacted' : JSON.stringify(v);
+}
+
+function editForm(q, id) {
+  const b = q.rec.body;
+  const original = { tool: b.tool, args: b.args };
+  const ta = el('textarea', { id: `${id}-edit`, rows: '10', spellcheck: 'false', class: 'editor', 'aria-describedby': `${id}-edit-help ${id}-edit-check` });
+  ta.value = pretty(original);
+  const help = el('p', { id: `${id}-edit-help`, class: 'note' },
+    'The edited call as JSON {"tool": ..., "args": {...}}. The ledger records the edit, opens the edited call '
+    + 'as a new request and approves it; the original call can then never run.'
+    + (b.redacted.length ? ' Redacted values appear as the ledger\'s placeholders (an HMAC, not the value): an edit '
+      + 'must give each of them in clear.' : ''));
+  const check = el('div', { id: `${id}-edit-check`, class: 'edit-check', 'aria-live': 'polite' });
+  const r = rationaleField(`${id}-edit-rationale`, false);
+  const submit = el('button', { type: 'submit' }, 'Approve the edited call');
+  const refresh = () => {
+    clear(check);
+    const got = readAction(ta.value);
+    if (got.error) {
+      check.append(el('p', { class: 'error' }, `Not a valid call: ${got.error}`));
+      submit.disabled = true;
+      return null;
+    }
+    const changes = diff(original, got.action);
+    const kept = keptPlaceholders(b.redacted, got.action.args);
+    submit.disabled = changes.length === 0 || kept.length > 0;
+    if (kept.length > 0) {
+      check.append(el('p', { class: 'error' },
+        `Redacted ${kept.length === 1 ? 'field' : 'fields'} ${kept.join(', ')}: the ledger never had `
+        + 'the value, only its HMAC, so an edit cannot keep it (the approved call would hold the '
+        + 'placeholder and could never run). Enter the value in clear (the ledger stores it redacted '
+        + 'again) or reject the request and let the agent ask again.'));
+    }
+    if (changes.length === 0) {
+      check.append(el('p', {}, 'No change yet: an edit must change the call.'));
+      return got.action;
+    }
+    const table = el('table', { class: 'diff' },
+      el('caption', {}, 'Changes against the original call'),
+      el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Field'), el('th', { scope: 'col' }, 'Change'),
+        el('th', { scope: 'col' }, 'Original'), el('th', { scope: 'col' }, 'Edited'))));
+    const tbody = el('tbody');
+    // (`redacted` points into args; the change table's pointers into the whole call)
+    const secret = (p) => b.redacted.some((r) => p === `/args${r}` || p.startsWith(`/args${r}/`));
+    for (const [p, kind, o, n] of changes) {
+      // A redacted field's new value is the reviewer's own entry: not echoed back either.
+      const shownNew = secret(p) && n !== undefined && !isRedacted(n) ? 'new value (stored redacted)' : showValue(n);
+      tbody.append(el('tr', { class: `diff-${kind}` }, el('td', {}, el('code', { text: p })), el('td', {}, kind),
+        el('td', {}, el('code', { text: secret(p) && o !== undefined ? 'redacted' : showValue(o) })),
+        el('td', {}, el('code', { text: shownNew }))));
+    }
+    table.append(tbody);
+    check.append(table);
+    return got.action;
+  };
+  ta.addEventListener('input', refresh);
+  const form = el('form', { class: 'decide-form', hidden: true, 'aria-label': `Edit request ${q.rid}` },
+    el('label', { for: ta.id }, 'Edited call'), ta, help, check, ...r.nodes, submit);
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const action = refresh();
+    if (!action || submit.disabled) return;
+    const rationale = r.input.value.trim() === '' ? undefined : r.input.value;
+    decide(q, { decision: 'edit', rationale, edited_action: action });
+  });
+  refresh();
+  return form;
+}
+
+async function decide(q, body) {
+  q.error.textContent = '';
+  for (const btn of q.card.querySelectorAll('button')) btn.disabled = true;
+  const before = q.state;
+  if (q.state === 'open') q.state = 'deciding';
+  try {
+    const a = await api('POST', `/v1/requests/${seg(q.rid)}/decision`, body);
+    closedIds.add(q.rid);
+    let text;
+    if (body.decision === 'approve') {
+      text = `Approved request ${q.rid}. The ledger issued ticket ${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`;
+    } else if (body.decision === 'reject') {
+      text = `Rejected request ${q.rid}. Ticket ${a.ticket_id}; the agent is told the rationale.`;
+    } else {
+      text = `Edited request ${q.rid}: the edited call is request ${a.new_request_id}, approved with ticket `
+        + `${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`;
+    }
+    if (a.duplicate) text += ' (It was already recorded: this is the recorded answer.)';
+    removeFromQueue(q.rid, null);
+    announce(text, 'done');
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    if (q.state === 'deciding') q.state = before;
+    q.error.textContent = `The ledger refused: ${e.message} (${e.status} ${e.code}).`;
+    for (const btn of q.card.querySelectorAll('button')) {
+      btn.disabled = q.state !== 'open' && btn.hasAttribute('data-decide');
+    }
+    if (e.status === 409) {
+      // Closed meanwhile (a timeout, another reviewer): show what the ledger recorded.
+      try {
+        const r = await loadRequest(q.rid);
+        if (r.state === 'timed_out') {
+          const t = r.records.find((x) => x.kind === 'timeout');
+          markTimedOut(q, t ? t.body.expires_at : q.rec.body.expires_at);
+        } else if (r.state !== 'open') {
+          closedIds.add(q.rid);
+          for (const btn of q.card.querySelectorAll('[data-decide]')) btn.disabled = true;
+          for (const f of q.card.querySelectorAll('.decide-form')) f.hidden = true;
+          q.state = r.state;
+          q.deadline.textContent = `Already ${r.state.replace('_', ' ')}: it can no longer be decided.`;
+          updateCount();
+        }
+      } catch {
+        // the message above stands
+      }
+    }
+  }
+}
+
+function tick() {
+  const now = Date.now();
+  for (const q of queue.values()) {
+    if (q.state !== 'open' && q.state !== 'deciding') continue;
+    const left = q.expires - now;
+    if (left > 0) {
+      q.countdown.textContent = fmtDuration(left);
+      q.card.classList.toggle('urgent', left < 60000);
+    } else {
+      q.countdown.textContent = 'deadline passed';
+      q.deadline.textContent = `The deadline passed at ${fmtTs(q.rec.body.expires_at)}: the ledger records a `
+        + 'timeout and the agent is told timeout; waiting for the ledger to confirm.';
+    }
+  }
+}
+
+async function startQueue() {
+  // Start the stream a little before the current end, then read the pending list: a request
+  // closed on the stream is never brought back by the list.
+  const cp = await fetch('/v1/checkpoint', {
+    headers: { Authorization: `Bearer ${token()}` }, cache: 'no-store', credentials: 'omit',
+  });
+  if (!cp.ok) throw new ApiError(cp.status, 'checkpoint', `the ledger answered ${cp.status} for its checkpoint`);
+  const size = Number((await cp.text()).split('\n')[1]);
+  liveFrom = Number.isSafeInteger(size) ? size : 0;
+  const after = Number.isSafeInteger(size) && size - 1 - STREAM_BACKLOG >= 0 ? size - 1 - STREAM_BACKLOG : null;
+  stream = new DecisionStream({ after, token, onRecord, onStatus: setStreamStatus });
+  const pending = await api('GET', '/v1/pending');
+  stream.start();
+  for (const p of pending.pending) {
+    if (closedIds.has(p.request_id) || queue.has(p.request_id)) continue;
+    try {
+      const r = await loadRequest(p.request_id);
+      if (r.state === 'open' && r.interrupt && !closedIds.has(p.request_id) && !queue.has(p.request_id)) {
+        addToQueue(r.interrupt);
+      }
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      announce(`Could not read request ${p.request_id}: ${e.message}`, 'warn');
+    }
+  }
+  ticker = setInterval(tick, 500);
+}
+
+function setStreamStatus(state, text) {
+  const s = $('stream-status');
+  s.textContent = text;
+  s.dataset.state = state;
+}
+
+// ---------------------------------------------------------------------------- history
+
+function recordSummary(r) {
+  const b = r.body;
+  switch (r.kind) {
+    case 'interrupt':
+      return `asked to run ${b.tool}${b.edit_of ? ` (an edit of request ${b.edit_of})` : ''}; deadline ${fmtTs(b.expires_at)}`;
+    case 'decision':
+      return b.decision === 'edit'
+        ? `edited: superseded by request ${b.superseded_by}`
+        : `approved, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}${b.rationale ? `; rationale: ${b.rationale}` : ''}`;
+    case 'rejection':
+      return `rejected: ${b.rationale}`;
+    case 'authorization':
+      return b.granted ? `authorization granted${b.would_deny ? ` (observe mode; would deny: ${b.would_deny})` : ''}` : `authorization denied: ${b.code}`;
+    case 'follow_up':
+      return `follow-up: ${b.outcome}${b.operation_id ? ` (operation ${b.operation_id})` : ''}`;
+    case 'timeout':
+      return `timed out (deadline ${fmtTs(b.expires_at)})`;
+    case 'revocation':
+      return `revoked: ${b.reason}`;
+    case 'refusal':
+      return `refused ${b.method} ${b.path}: ${b.error}`;
+    default:
+      return r.kind;
+  }
+}
+
+function historyTable(records, caption, withRequest) {
+  const table = el('table', { class: 'records' }, el('caption', {}, caption));
+  const head = ['Thread seq', 'Log seq', 'Recorded at', 'Kind', ...(withRequest ? ['Request'] : []), 'By', 'What'];
+  table.append(el('thead', {}, el('tr', {}, ...head.map((h) => el('th', { scope: 'col' }, h)))));
+  const tbody = el('tbody');
+  for (const r of records) {
+    const what = el('td', {}, recordSummary(r));
+    if (r.kind === 'interrupt') what.append(el('div', { class: 'args' }, renderArgs(r.body.args, r.body.redacted)));
+    tbody.append(el('tr', {},
+      el('td', {}, String(r.thread_seq)), el('td', {}, String(r.seq)), el('td', {}, fmtTs(r.ts)), el('td', {}, r.kind),
+      ...(withRequest ? [el('td', {}, r.request_id === null ? '—' : el('code', { text: r.request_id }))] : []),
+      el('td', {}, `${r.actor.principal} (${r.actor.role})`), what));
+  }
+  table.append(tbody);
+  return table;
+}
+
+async function showRequestHistory(rid) {
+  const out = $('history');
+  clear(out);
+  out.append(el('p', {}, `Reading request ${rid}…`));
+  try {
+    const r = await api('GET', `/v1/requests/${seg(rid)}`);
+    clear(out);
+    out.append(
+      el('h3', {}, `History of request ${rid}`),
+      el('p', { class: 'state' }, 'State recorded by the ledger: ', el('strong', { text: r.state.replace('_', ' ') }),
+        r.state === 'open' ? ' — still open: decide it under "Needs an answer now", not here.' : ' — answered; nothing to decide.'),
+      historyTable(r.records, `Records of request ${rid}, in log order (history, read-only)`, false),
+    );
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    clear(out);
+    out.append(el('p', { class: 'error', role: 'alert' }, `Could not read request ${rid}: ${e.message} (${e.code}).`));
+  }
+}
+
+async function showThreadHistory(tid) {
+  const out = $('history');
+  clear(out);
+  out.append(el('p', {}, `Reading thread ${tid}…`));
+  try {
+    const records = [];
+    let after = null;
+    for (;;) {
+      const q = after === null ? '' : `?after=${after}`;
+      const page = await api('GET', `/v1/threads/${seg(tid)}/records${q}`);
+      records.push(...page.records);
+      if (page.next_after === undefined || page.next_after === null) break;
+      after = page.next_after;
+    }
+    clear(out);
+    out.append(
+      el('h3', {}, `History of thread ${tid}`),
+      records.length === 0
+        ? el('p', {}, 'The ledger has no records for this thread.')
+        : historyTable(records, `Records of thread ${tid}, in thread order (history, read-only)`, true),
+    );
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    clear(out);
+    const why = e.status === 403
+      ? 'A thread\'s history is for auditors: this token\'s role may not read it. Sign in with an auditor token.'
+      : `${e.message} (${e.code}).`;
+    out.append(el('p', { class: 'error', role: 'alert' }, `Could not read thread ${tid}: ${why}`));
+  }
+}
+
+// ----------------------------------------------------------------------------- verify
+
+async function runVerify(bytes, source) {
+  const out = $('verify-result');
+  clear(out);
+  const key = $('verify-key').value.trim();
+  if (key === '') {
+    out.append(el('p', { class: 'error', role: 'alert' }, 'Paste or pin the verifier key you trust first: a bundle is never checked against the key it names.'));
+    $('verify-key').focus();
+    return;
+  }
+  out.append(el('p', {}, `Verifying ${source}…`));
+  let result;
+  try {
+    result = await verifyBundle(bytes, key);
+  } catch (e) {
+    clear(out);
+    const msg = e instanceof EnvironmentError ? e.message : `the verifier failed: ${e.message}`;
+    out.append(el('p', { class: 'error', role: 'alert' }, `This browser cannot verify: ${msg}`));
+    return;
+  }
+  const { report, checks } = result;
+  clear(out);
+  const verdict = report.ok
+    ? el('p', { class: 'verdict ok', id: 'verdict', 'data-ok': 'true' },
+      `Intact: ${report.records} records (${report.decisions} decisions, ${report.rejections} rejections), `
+      + `${fmtTs(report.first_ts)} to ${fmtTs(report.last_ts)}.`)
+    : el('p', { class: 'verdict fail', id: 'verdict', 'data-ok': 'false', 'data-code': report.problem.code },
+      `Not verified. First failure: `, el('code', { text: report.problem.code }),
+      report.problem.seq === null ? '' : ` at record seq ${report.problem.seq}`, `: ${report.problem.message}`);
+  const list = el('ol', { class: 'checks', id: 'checks' });
+  const label = { pass: 'passed', fail: 'FAILED', incomplete: 'stopped', not_run: 'not run' };
+  for (const c of checks) {
+    list.append(el('li', { class: `check ${c.status}`, 'data-check': c.id, 'data-status': c.status },
+      el('strong', {}, `${label[c.status]}: `), c.title,
+      el('div', { class: 'note' }, c.what),
+      c.detail ? el('div', { class: 'detail' }, c.detail) : null));
+  }
+  out.append(el('h3', {}, `Result for ${source}`), verdict, list);
+  out.append(el('pre', { class: 'report', id: 'verify-report', 'aria-label': 'The report as verify-export --format json prints it' },
+    JSON.stringify(report, null, 2)));
+}
+
+function showPinned() {
+  const pinned = localStorage.getItem(PIN_KEY);
+  $('pinned').textContent = pinned ? `Pinned: ${pinned}` : 'No key pinned.';
+}
+
+function setupVerify() {
+  const pinned = localStorage.getItem(PIN_KEY);
+  if (pinned) $('verify-key').value = pinned;
+  showPinned();
+  $('pin-key').addEventListener('click', () => {
+    const k = $('verify-key').value.trim();
+    if (k) localStorage.setItem(PIN_KEY, k);
+    showPinned();
+  });
+  $('unpin-key').addEventListener('click', () => {
+    localStorage.removeItem(PIN_KEY);
+    showPinned();
+  });
+  $('verify-form').addEventListener('submit', (e) => e.preventDefault());
+  const readFile = async (file) => runVerify(new Uint8Array(await file.arrayBuffer()), `file ${file.name}`);
+  $('bundle-file').addEventListener('change', (e) => {
+    const f = e.target.files[0];
+    if (f) readFile(f);
+  });
+  const drop = $('drop');
+  drop.addEventListener('dragover', (e) => {
+    e.preventDefault();
+    drop.classList.add('over');
+  });
+  drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+  drop.addEventListener('drop', (e) => {
+    e.preventDefault();
+    drop.classList.remove('over');
+    const f = e.dataTransfer.files[0];
+    if (f) readFile(f);
+  });
+  const choose = () => $('bundle-file').click();
+  drop.addEventListener('click', choose);
+  drop.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' || e.key === ' ') {
+      e.preventDefault();
+      choose();
+    }
+  });
+  $('open-export').addEventListener('click', async () => {
+    const tid = $('export-thread').value;
+    const out = $('verify-result');
+    if (tid === '') {
+      $('export-thread').focus();
+      return;
+    }
+    try {
+      const bytes = await api('GET', `/v1/threads/${seg(tid)}/export`, undefined, { raw: true });
+      await runVerify(bytes, `the export of thread ${tid}`);
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      clear(out);
+      const why = e.status === 403 ? 'exports are for auditors: sign in with an auditor token.' : `${e.message} (${e.code}).`;
+      out.append(el('p', { class: 'error', role: 'alert' }, `Could not export thread ${tid}: ${why}`));
+    }
+  });
+}
+
+// ------------------------------------------------------------------------ places, sign-in
+
+function route() {
+  const h = decodeURIComponent(location.hash.slice(1));
+  let place = 'queue';
+  if (h.startsWith('recorded')) place = 'recorded';
+  else if (h.startsWith('verify')) place = 'verify';
+  for (const p of ['queue', 'recorded', 'verify']) {
+    $(`place-${p}`).hidden = p !== place;
+    const tab = $(`tab-${p}`);
+    if (p === place) tab.setAttribute('aria-current', 'page');
+    else tab.removeAttribute('aria-current');
+  }
+  const m = /^recorded\/request\/(.+)$/s.exec(h);
+  if (m) {
+    $('request-id').value = m[1];
+    showRequestHistory(m[1]);
+  }
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (stream) stream.stop();
+  stream = null;
+  if (ticker) clearInterval(ticker);
+  ticker = null;
+  for (const rid of [...queue.keys()]) removeFromQueue(rid, null);
+  closedIds.clear();
+  clear($('answers'));
+  clear($('history'));
+  clear($('closed'));
+  clear($('verify-result'));
+  $('app').hidden = true;
+  $('session').hidden = true;
+  $('signin').hidden = false;
+  $('signin-error').textContent = message ?? '';
+  $('token').value = '';
+  $('token').focus();
+}
+
+async function signIn() {
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  $('session').hidden = false;
+  $('session-who').textContent = 'Signed in (token held in this tab only)';
+  route();
+  try {
+    await startQueue();
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    if (e.status === 403) {
+      setStreamStatus('error', 'This token may not read the queue: the console needs a reviewer or auditor token.');
+    } else if (e.status !== 401) {
+      setStreamStatus('error', `Could not read the queue: ${e.message}`);
+    }
+  }
+}
+
+function main() {
+  $('signin-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const t = $('token').value.trim();
+    if (t === '') return;
+    sessionStorage.setItem(TOKEN_KEY, t);
+    $('token').value = '';
+    // Check the token before showing anything: 401 means the ledger does not know it.
+    try {
+      await api('GET', '/v1/pending');
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      if (err.status === 401) return; // api() signed out with the message
+      if (err.status !== 403) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        $('signin-error').textContent = `The ledger did not accept the sign-in: ${err.message}`;
+        return;
+      }
+      // 403: an agent token. The console is not for agents.
+      sessionStorage.removeItem(TOKEN_KEY);
+      $('signin-error').textContent = 'This token\'s role may not review (403): use your own reviewer token.';
+      return;
+    }
+    signIn();
+  });
+  $('sign-out').addEventListener('click', () => signOut('Signed out.'));
+  $('request-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const rid = $('request-id').value;
+    if (!rid) return;
+    const target = `#recorded/request/${encodeURIComponent(rid)}`;
+    if (location.hash === target) showRequestHistory(rid);
+    else location.hash = target;
+  });
+  $('thread-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const tid = $('thread-id').value;
+    if (tid) showThreadHistory(tid);
+  });
+  window.addEventListener('hashchange', route);
+  setupVerify();
+  if (token()) signIn();
+  else $('signin').hidden = false;
+}
+
+main();

@@ -1,0 +1,898 @@
+// The export-bundle verifier, in the browser: the checks of `hitl-ledger verify-export`
+// (src/verify/bundle.rs, src/verify/rules.rs; docs/protocol.md sections 4 to 6), in the same
+// order and with the same problem codes, so that the page and the command line give the same
+// verdict on every bundle. Hashes (SHA-256) and signatures (Ed25519) are WebCrypto's; the only
+// trust anchor is the verifier key the caller passes (never the key a bundle names).
+//
+// Public entry point: verifyBundle(bytes, key) -> {report, checks, records}.
+
+import { JsonError, JsonInt, canonicalize, decodeUtf8, isObject, parseJson } from './jcs.js';
+
+/** The bundle's format string. */
+export const FORMAT = 'hitl-ledger/export/v1';
+
+const ZERO_HASH_HEX = '0'.repeat(64);
+const THREAD_HEAD_HEADER = 'hitl-ledger thread-head v1';
+const SIG_PREFIX = '\u2014 ';
+const MAX_SIGNATURES = 100;
+const MAX_U64 = (1n << 64n) - 1n;
+const KINDS = ['interrupt', 'decision', 'rejection', 'follow_up', 'authorization', 'timeout', 'revocation', 'refusal'];
+const ROLES = ['agent', 'reviewer', 'auditor', 'admin', 'system'];
+const ENVELOPE_FIELDS = ['v', 'origin', 'seq', 'prev', 'ts', 'kind', 'thread_id', 'run_id', 'checkpoint_ns',
+  'checkpoint_id', 'request_id', 'thread_seq', 'thread_prev', 'actor', 'body'];
+
+/**
+ * The checks, in the order they run, each with the problem codes it reports. Records are
+ * checked one after another (encoding, envelope, position, proof, chain for record 0, then for
+ * record 1, ...), so a failure in record k stops the record checks that had not finished.
+ */
+export const CHECKS = [
+  { id: 'structure', title: 'Bundle structure and trusted key', codes: ['bad_input'],
+    what: 'The bundle is strict JSON in format hitl-ledger/export/v1, and the trusted key is a C2SP Ed25519 verifier key.' },
+  { id: 'key', title: 'The bundle is from the trusted log', codes: ['verifier_key_mismatch', 'origin_mismatch'],
+    what: "The bundle names exactly the trusted verifier key, and its origin is the key's name." },
+  { id: 'checkpoint', title: 'Checkpoint signature (C2SP signed note, Ed25519)', codes: ['checkpoint_signature', 'checkpoint_body'],
+    what: 'The checkpoint is signed by the trusted key and is a well-formed tlog checkpoint of this origin.' },
+  { id: 'thread_head', title: 'Thread-head signature (C2SP signed note, Ed25519)', codes: ['thread_head_signature', 'thread_head_body'],
+    what: "The thread head is signed by the trusted key and is a well-formed thread-head v1 body." },
+  { id: 'leaves', title: 'Canonical leaves (RFC 8785)', codes: ['leaf_encoding', 'leaf_not_canonical'], perRecord: true,
+    what: 'Each leaf is base64 of UTF-8 JSON that re-serializes with RFC 8785 to exactly the same bytes.' },
+  { id: 'envelope', title: 'Complete envelopes and bodies', codes: ['envelope'], perRecord: true,
+    what: 'Each record has every envelope field and its kind\u2019s body fields, of the right types.' },
+  { id: 'binding', title: 'Records belong to this bundle', codes: ['seq_mismatch', 'seq_order', 'record_origin', 'record_thread'], perRecord: true,
+    what: "Each leaf's seq is its entry's, seqs increase, and every record has the bundle's origin and thread." },
+  { id: 'inclusion', title: 'Leaf hashes and inclusion proofs', codes: ['inclusion_proof'], perRecord: true,
+    what: "Each leaf hash (SHA-256 of 0x00 and the leaf) leads through its RFC 6962 proof to the checkpoint's root." },
+  { id: 'chain', title: 'Thread chain', codes: ['thread_gap', 'thread_prev'], perRecord: true,
+    what: "thread_seq runs from 0 without a gap and each thread_prev is the previous record's leaf hash." },
+  { id: 'head', title: 'Thread head covers the records', codes: ['thread_head_mismatch'],
+    what: "The signed thread head names this thread, the checkpoint's tree size, the number of records and the last record's hash." },
+  { id: 'rules', title: 'Approval-rule replay', codes: ['rule_violation'],
+    what: 'Replaying the approval rules over the records finds no outcome they forbid.' },
+];
+
+/** The check that reports a problem code. */
+export function checkOf(code) {
+  return CHECKS.find((c) => c.codes.includes(code)) ?? CHECKS[0];
+}
+
+/** A finding: a problem code of verify-export, its message and the record concerned. */
+class Problem extends Error {
+  constructor(code, message, seq = null) {
+    super(message);
+    this.code = code;
+    this.seq = seq;
+  }
+}
+
+/** The environment cannot verify (no WebCrypto, no Ed25519): not a verdict about the bundle. */
+export class EnvironmentError extends Error {}
+
+// ---------------------------------------------------------------------------------- encodings
+
+const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+const B64_INDEX = new Map([...B64].map((c, i) => [c, i]));
+
+/** Standard base64 with padding. */
+export function b64encode(bytes) {
+  let out = '';
+  for (let i = 0; i < bytes.length; i += 3) {
+    const a = bytes[i];
+    const b = i + 1 < bytes.length ? bytes[i + 1] : 0;
+    const c = i + 2 < bytes.length ? bytes[i + 2] : 0;
+    out += B64[a >> 2] + B64[((a & 3) << 4) | (b >> 4)];
+    out += i + 1 < bytes.length ? B64[((b & 15) << 2) | (c >> 6)] : '=';
+    out += i + 2 < bytes.length ? B64[c & 63] : '=';
+  }
+  return out;
+}
+
+/**
+ * Standard base64 with padding, canonical only (no whitespace, no missing padding, zero pad
+ * bits), as the ledger's decoder reads it. Null for anything else.
+ */
+export function b64decode(s) {
+  if (typeof s !== 'string' || s.length % 4 !== 0) return null;
+  const pad = s.endsWith('==') ? 2 : s.endsWith('=') ? 1 : 0;
+  const body = s.length - pad;
+  const out = new Uint8Array((s.length / 4) * 3 - pad);
+  let o = 0;
+  for (let i = 0; i < s.length; i += 4) {
+    const v = [];
+    for (let j = 0; j < 4; j++) {
+      const k = i + j;
+      if (k >= body) {
+        v.push(0);
+        continue;
+      }
+      const d = B64_INDEX.get(s[k]);
+      if (d === undefined) return null;
+      v.push(d);
+    }
+    const n = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
+    const bytes = [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+    for (const b of bytes) if (o < out.length) out[o++] = b;
+  }
+  // Canonical: the encoding of the bytes is the input (catches non-zero pad bits).
+  return b64encode(out) === s ? out : null;
+}
+
+const HEX = '0123456789abcdef';
+
+/** Lowercase hex. */
+export function toHex(bytes) {
+  let s = '';
+  for (const b of bytes) s += HEX[b >> 4] + HEX[b & 15];
+  return s;
+}
+
+/** Exactly 2n lowercase hex digits as n bytes, else null. */
+function parseLowerHex(s, n) {
+  if (typeof s !== 'string' || s.length !== 2 * n || !/^[0-9a-f]*$/.test(s)) return null;
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = parseInt(s.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** A 64-digit lowercase hex hash, as the ledger reads one. */
+function isHex64(s) {
+  return typeof s === 'string' && /^[0-9a-f]{64}$/.test(s);
+}
+
+const UTF8 = new TextEncoder();
+
+function bytesEqual(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function concat(...parts) {
+  const n = parts.reduce((s, p) => s + p.length, 0);
+  const out = new Uint8Array(n);
+  let o = 0;
+  for (const p of parts) {
+    out.set(p, o);
+    o += p.length;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------- WebCrypto
+
+function subtle() {
+  const s = globalThis.crypto && globalThis.crypto.subtle;
+  if (!s) {
+    throw new EnvironmentError(
+      'This page has no WebCrypto: browsers offer it only in a secure context (https, or http on localhost). Open the console over https to verify here.');
+  }
+  return s;
+}
+
+async function sha256(...parts) {
+  return new Uint8Array(await subtle().digest('SHA-256', concat(...parts)));
+}
+
+// ------------------------------------------------------------------------ Ed25519 point checks
+//
+// WebCrypto verifies the signature equation; the ledger (ed25519-dalek, verify_strict) also
+// refuses a public key that is not a point or has small order, and a signature whose R has
+// small order. These checks reproduce that, so that no key or note is accepted here that
+// `verify-export` refuses.
+
+const P = (1n << 255n) - 19n;
+const L = (1n << 252n) + 27742317777372353535851937790883648493n;
+const mod = (a) => ((a % P) + P) % P;
+function powMod(b, e) {
+  let r = 1n;
+  b = mod(b);
+  while (e > 0n) {
+    if (e & 1n) r = (r * b) % P;
+    b = (b * b) % P;
+    e >>= 1n;
+  }
+  return r;
+}
+const inv = (a) => powMod(a, P - 2n);
+const D = mod(-121665n * inv(121666n));
+const SQRT_M1 = powMod(2n, (P - 1n) / 4n);
+
+function littleEndian(bytes) {
+  let n = 0n;
+  for (let i = bytes.length - 1; i >= 0; i--) n = (n << 8n) | BigInt(bytes[i]);
+  return n;
+}
+
+/** The point a 32-byte encoding names (y reduced mod p, as dalek reads it), or null. */
+function decompress(bytes) {
+  if (bytes.length !== 32) return null;
+  const b = Uint8Array.from(bytes);
+  const sign = b[31] >> 7;
+  b[31] &= 0x7f;
+  const y = mod(littleEndian(b));
+  const y2 = (y * y) % P;
+  const u = mod(y2 - 1n);
+  const v = mod(D * y2 + 1n);
+  const x2 = (u * inv(v)) % P;
+  let x = powMod(x2, (P + 3n) / 8n);
+  if ((x * x) % P !== x2) {
+    x = (x * SQRT_M1) % P;
+    if ((x * x) % P !== x2) return null;
+  }
+  if (Number(x & 1n) !== sign) x = mod(-x);
+  return { x, y };
+}
+
+function edAdd(p, q) {
+  const xy = (p.x * q.x % P) * (p.y * q.y % P) % P;
+  const x = mod((p.x * q.y + p.y * q.x) * inv(mod(1n + D * xy)));
+  const y = mod((p.y * q.y + p.x * q.x) * inv(mod(1n - D * xy)));
+  return { x, y };
+}
+
+/** True when 8 times the point is the identity (the point has small order). */
+function smallOrder(pt) {
+  let q = pt;
+  for (let i = 0; i < 3; i++) q = edAdd(q, q);
+  return q.x === 0n && q.y === 1n;
+}
+
+// -------------------------------------------------------------------- signed notes (C2SP)
+
+/** Non-empty, no Unicode white space, no control character, no '+'. */
+export function validKeyName(name) {
+  return typeof name === 'string' && name.length > 0 && !/[\p{White_Space}\p{Cc}+]/u.test(name);
+}
+
+function utf8Length(s) {
+  return UTF8.encode(s).length;
+}
+
+/** A log origin: a key name of at most 256 bytes. */
+function validOrigin(origin) {
+  return utf8Length(origin) <= 256 && validKeyName(origin);
+}
+
+/** An id: 1 to 256 bytes of UTF-8 with no character of category Cc. */
+export function validId(s) {
+  return typeof s === 'string' && s.length > 0 && utf8Length(s) <= 256 && !/\p{Cc}/u.test(s);
+}
+
+/**
+ * Parses a C2SP verifier key `<name>+<key id hex>+<base64(0x01 || Ed25519 public key)>`.
+ * @param {string} text
+ * @returns {Promise<{name: string, keyId: Uint8Array, publicKey: Uint8Array, cryptoKey: CryptoKey, text: string}>}
+ * @throws {Error} naming what is wrong; EnvironmentError when the browser has no Ed25519
+ */
+export async function parseVerifierKey(text) {
+  if (typeof text !== 'string') throw new Error('the verifier key is not text');
+  const a = text.indexOf('+');
+  if (a < 0) throw new Error("missing '+' separators");
+  const name = text.slice(0, a);
+  const rest = text.slice(a + 1);
+  const b = rest.indexOf('+');
+  if (b < 0) throw new Error("expected three '+'-separated parts");
+  const idHex = rest.slice(0, b);
+  const materialB64 = rest.slice(b + 1);
+  if (!validKeyName(name)) throw new Error('invalid key name');
+  const keyId = parseLowerHex(idHex, 4);
+  if (!keyId) throw new Error('key id is not 8 lowercase hex digits');
+  const material = b64decode(materialB64);
+  if (!material) throw new Error('key material is not canonical base64');
+  if (material.length === 0) throw new Error('empty key material');
+  if (material[0] !== 0x01) throw new Error('unsupported signature type');
+  const publicKey = material.slice(1);
+  if (publicKey.length !== 32) throw new Error('Ed25519 public key is not 32 bytes');
+  const id = (await sha256(UTF8.encode(name), Uint8Array.of(0x0a, 0x01), publicKey)).slice(0, 4);
+  if (!bytesEqual(id, keyId)) throw new Error('key id does not match name and key');
+  const point = decompress(publicKey);
+  if (!point) throw new Error('public key is not a valid Ed25519 point');
+  if (smallOrder(point)) throw new Error('public key has small order');
+  let cryptoKey;
+  try {
+    cryptoKey = await subtle().importKey('raw', publicKey, { name: 'Ed25519' }, false, ['verify']);
+  } catch (e) {
+    if (e instanceof EnvironmentError) throw e;
+    throw new EnvironmentError(`This browser cannot verify Ed25519 signatures with WebCrypto (${e.name}).`);
+  }
+  return { name, keyId, publicKey, cryptoKey, text };
+}
+
+async function ed25519Verify(key, message, signature) {
+  if (signature.length !== 64) return false;
+  const r = decompress(signature.slice(0, 32));
+  if (!r || smallOrder(r)) return false;
+  if (littleEndian(signature.slice(32)) >= L) return false;
+  return subtle().verify({ name: 'Ed25519' }, key.cryptoKey, signature, message);
+}
+
+class NoteError extends Error {}
+
+/**
+ * Opens a C2SP signed note against one trusted key: returns the signed text (with its final
+ * newline). Signatures by other keys are ignored; a signature by the trusted key that does not
+ * verify rejects the note.
+ */
+async function openNote(note, key) {
+  for (const ch of note) {
+    if (ch < '\u0020' && ch !== '\n') throw new NoteError('malformed note: control character other than newline');
+  }
+  if (!note.endsWith('\n')) throw new NoteError('malformed note: no final newline');
+  const split = note.lastIndexOf('\n\n');
+  if (split < 0) throw new NoteError('malformed note: no empty line between text and signatures');
+  const text = note.slice(0, split + 1);
+  let block = note.slice(split + 2);
+  if (!block.endsWith('\n')) throw new NoteError('malformed note: no signature line');
+  block = block.slice(0, -1);
+  const sigs = [];
+  for (const line of block.split('\n')) {
+    if (sigs.length === MAX_SIGNATURES) throw new NoteError('malformed note: too many signature lines');
+    if (!line.startsWith(SIG_PREFIX)) throw new NoteError('malformed note: line after the empty line is not a signature line');
+    const rest = line.slice(SIG_PREFIX.length);
+    const sp = rest.indexOf(' ');
+    if (sp < 0) throw new NoteError('malformed note: signature line has no signature');
+    const name = rest.slice(0, sp);
+    if (!validKeyName(name)) throw new NoteError('malformed note: invalid key name in signature line');
+    const raw = b64decode(rest.slice(sp + 1));
+    if (!raw) throw new NoteError('malformed note: signature is not canonical base64');
+    if (raw.length < 5) throw new NoteError('malformed note: signature shorter than 5 bytes');
+    sigs.push({ name, keyId: raw.slice(0, 4), signature: raw.slice(4) });
+  }
+  const message = UTF8.encode(text);
+  let verified = false;
+  for (const s of sigs) {
+    if (s.name !== key.name || !bytesEqual(s.keyId, key.keyId)) continue;
+    if (!(await ed25519Verify(key, message, s.signature))) {
+      throw new NoteError(`signature of trusted key ${JSON.stringify(key.name)} does not verify`);
+    }
+    verified = true;
+  }
+  if (!verified) throw new NoteError('note has no signature by a trusted key');
+  return text;
+}
+
+function bodyLines(body) {
+  if (!body.endsWith('\n')) return null;
+  const inner = body.slice(0, -1);
+  if (/[^\P{Cc}\n]/u.test(inner)) return null;
+  return inner.split('\n');
+}
+
+/** A non-negative decimal without sign or leading zeros that fits 64 bits, as a BigInt. */
+function parseDecimal(s) {
+  if (typeof s !== 'string' || !/^(0|[1-9][0-9]*)$/.test(s)) return null;
+  const n = BigInt(s);
+  return n <= MAX_U64 ? n : null;
+}
+
+function parseCheckpoint(text) {
+  const lines = bodyLines(text);
+  if (!lines || lines.length < 3) throw new Error('body lines are malformed or of the wrong number');
+  const [origin, size, root, ...extensions] = lines;
+  if (!validOrigin(origin)) throw new Error('invalid origin line');
+  const n = parseDecimal(size);
+  if (n === null) throw new Error('invalid tree size line');
+  const r = b64decode(root);
+  if (!r || r.length !== 32) throw new Error('invalid root hash line');
+  if (extensions.some((l) => l === '')) throw new Error('empty extension line');
+  return { origin, size: n, root: r };
+}
+
+function parseThreadHead(text) {
+  const lines = bodyLines(text);
+  if (!lines || lines.length !== 6) throw new Error('body lines are malformed or of the wrong number');
+  const [header, origin, thread, size, head, tree] = lines;
+  if (header !== THREAD_HEAD_HEADER) throw new Error('not a thread-head v1 body');
+  const field = (line, label, parse) => {
+    const v = line.startsWith(label + ' ') ? parse(line.slice(label.length + 1)) : null;
+    if (v === null || v === false) throw new Error(`missing or invalid ${label} line`);
+    return v;
+  };
+  return {
+    origin: field(origin, 'origin', (o) => (validOrigin(o) ? o : null)),
+    thread: field(thread, 'thread', (t) => (validId(t) ? t : null)),
+    size: field(size, 'size', parseDecimal),
+    head: field(head, 'head', (h) => parseLowerHex(h, 32)),
+    tree: field(tree, 'tree', parseDecimal),
+  };
+}
+
+// --------------------------------------------------------------------------- Merkle (RFC 6962)
+
+/** RFC 6962 leaf hash: SHA-256(0x00 || leaf). */
+export function leafHash(leaf) {
+  return sha256(Uint8Array.of(0), leaf);
+}
+
+async function verifyInclusion(hash, index, size, proof, root) {
+  if (index >= size) return `index ${index} is not below the tree size ${size}`;
+  let fn = index;
+  let sn = size - 1n;
+  let r = hash;
+  for (const p of proof) {
+    if (sn === 0n) return 'the proof is too long';
+    if ((fn & 1n) === 1n || fn === sn) {
+      r = await sha256(Uint8Array.of(1), p, r);
+      if ((fn & 1n) === 0n) {
+        while ((fn & 1n) === 0n && fn !== 0n) {
+          fn >>= 1n;
+          sn >>= 1n;
+        }
+      }
+    } else {
+      r = await sha256(Uint8Array.of(1), r, p);
+    }
+    fn >>= 1n;
+    sn >>= 1n;
+  }
+  if (sn !== 0n) return 'the proof is too short';
+  return bytesEqual(r, root) ? null : "the proof does not lead to the checkpoint's root";
+}
+
+// ---------------------------------------------------------------------------------- timestamps
+
+const MIN_MICROS = -62135596800n * 1000000n;
+const MAX_MICROS = 253402300799n * 1000000n + 999999n;
+
+function daysFromCivil(y, m, d) {
+  y -= m <= 2 ? 1 : 0;
+  const era = Math.floor(y / 400);
+  const yoe = y - era * 400;
+  const doy = Math.floor((153 * (m + (m > 2 ? -3 : 9)) + 2) / 5) + d - 1;
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146097 + doe - 719468;
+}
+
+/**
+ * Microseconds since the epoch of a contract timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ`, as a
+ * BigInt; null when the text is not one. (As the ledger reads it: a real calendar date, years
+ * 0000 to 9999, clamped to the range the ledger keeps.)
+ */
+export function tsMicros(s) {
+  if (typeof s !== 'string') return null;
+  const m = /^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{6})Z$/.exec(s);
+  if (!m) return null;
+  const [y, mo, d, h, mi, sec, us] = m.slice(1).map(Number);
+  if (mo < 1 || mo > 12 || h > 23 || mi > 59 || sec > 59) return null;
+  const leap = (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
+  const dim = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][mo - 1];
+  if (d < 1 || d > dim) return null;
+  const secs = BigInt(daysFromCivil(y, mo, d)) * 86400n + BigInt(h * 3600 + mi * 60 + sec);
+  const micros = secs * 1000000n + BigInt(us);
+  return micros < MIN_MICROS ? MIN_MICROS : micros > MAX_MICROS ? MAX_MICROS : micros;
+}
+
+// --------------------------------------------------------------------------- records (leaves)
+
+class LeafError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
+const isU64 = (v) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const nonBlank = (v) => typeof v === 'string' && !/^\p{White_Space}*$/u.test(v);
+const isTs = (v) => typeof v === 'string' && tsMicros(v) !== null;
+
+const BODY_FIELDS = {
+  interrupt: [['interrupt_id', 'str'], ['tool', 'str'], ['args', 'obj'], ['redacted', 'strlist'],
+    ['action_digest', 'str'], ['action_schema', 'str'], ['allowed_decisions', 'strlist'],
+    ['expires_at', 'ts'], ['edit_of', 'optstr']],
+  decision: [['decision', 'str'], ['rationale', 'optstr'], ['ticket_id', 'str'], ['expires_at', 'optts'],
+    ['edited_digest', 'optstr'], ['superseded_by', 'optstr']],
+  rejection: [['rationale', 'nonempty'], ['ticket_id', 'str']],
+  follow_up: [['follow_up_id', 'str'], ['follows', 'hash'], ['outcome', 'nonempty'], ['detail', 'optstrobj'],
+    ['operation_id', 'optstr']],
+  authorization: [['ticket_id', 'str'], ['attempt_id', 'optstr'], ['action_digest', 'str'], ['granted', 'bool'],
+    ['code', 'optstr'], ['evaluated_at', 'ts'], ['expires_at', 'optts'], ['idempotency_key', 'optstr'],
+    ['mode', 'str'], ['would_deny', 'optstr']],
+  timeout: [['expires_at', 'ts']],
+  revocation: [['reason', 'nonempty']],
+  refusal: [['method', 'str'], ['path', 'str'], ['error', 'str']],
+};
+
+const TYPE_OK = {
+  str: (v) => typeof v === 'string',
+  nonempty: nonBlank,
+  optstr: (v) => v === null || typeof v === 'string',
+  ts: isTs,
+  optts: (v) => v === null || isTs(v),
+  bool: (v) => typeof v === 'boolean',
+  obj: isObject,
+  strlist: (v) => Array.isArray(v) && v.every((x) => typeof x === 'string'),
+  optstrobj: (v) => v === null || typeof v === 'string' || isObject(v),
+  hash: isHex64,
+};
+
+function envelopeError(message) {
+  return new LeafError('envelope', message);
+}
+
+/** The envelope and body checks of the ledger's record reader, in its order. */
+function checkRecord(rec) {
+  if (!isObject(rec)) throw envelopeError('record is not an object');
+  for (const k of Object.keys(rec)) {
+    if (!ENVELOPE_FIELDS.includes(k)) throw envelopeError(`unknown envelope field ${JSON.stringify(k)}`);
+  }
+  const get = (k) => {
+    if (!has(rec, k)) throw envelopeError(`missing field ${JSON.stringify(k)}`);
+    return rec[k];
+  };
+  const u64 = (k) => {
+    const v = get(k);
+    if (!isU64(v)) throw envelopeError(`${k} is not a non-negative integer`);
+    return v;
+  };
+  const str = (k, o = rec) => {
+    if (!has(o, k)) throw envelopeError(`missing field ${JSON.stringify(k)}`);
+    if (typeof o[k] !== 'string') throw envelopeError(`${k} is not a string`);
+    return o[k];
+  };
+  const id = (k, o = rec) => {
+    const s = str(k, o);
+    if (!validId(s)) throw envelopeError(`${k} is not a valid id`);
+    return s;
+  };
+  const optId = (k) => (get(k) === null ? null : id(k));
+  const hash = (k) => {
+    if (!isHex64(str(k))) throw envelopeError(`${k} is not 64 lowercase hex`);
+  };
+  const v = u64('v');
+  if (v !== 1) throw envelopeError(`v is ${v}, expected 1`);
+  if (!validOrigin(str('origin'))) throw envelopeError('origin is not a valid origin');
+  u64('seq');
+  hash('prev');
+  if (!isTs(str('ts'))) throw envelopeError(`ts ${JSON.stringify(rec.ts)} is malformed`);
+  const kind = str('kind');
+  if (!KINDS.includes(kind)) throw envelopeError(`unknown kind ${JSON.stringify(kind)}`);
+  id('thread_id');
+  optId('run_id');
+  const ns = str('checkpoint_ns');
+  if (utf8Length(ns) > 256 || /\p{Cc}/u.test(ns)) throw envelopeError('checkpoint_ns is malformed');
+  optId('checkpoint_id');
+  const rid = optId('request_id');
+  if (rid === null && kind !== 'refusal') throw envelopeError(`request_id is null on a ${kind}`);
+  u64('thread_seq');
+  hash('thread_prev');
+  const actor = get('actor');
+  if (!isObject(actor)) throw envelopeError('actor is not an object');
+  if (Object.keys(actor).length !== 2) throw envelopeError('actor must have exactly principal and role');
+  id('principal', actor);
+  const role = str('role', actor);
+  if (!ROLES.includes(role)) throw envelopeError(`actor role ${JSON.stringify(role)} is unknown`);
+  const body = get('body');
+  if (!isObject(body)) throw envelopeError('body is not an object');
+  const fields = BODY_FIELDS[kind];
+  for (const k of Object.keys(body)) {
+    if (!fields.some(([n]) => n === k)) throw envelopeError(`unknown ${kind} body field ${JSON.stringify(k)}`);
+  }
+  for (const [name, type] of fields) {
+    if (!has(body, name)) throw envelopeError(`${kind} body lacks ${JSON.stringify(name)}`);
+    if (!TYPE_OK[type](body[name])) throw envelopeError(`${kind} body field ${JSON.stringify(name)} has the wrong type`);
+  }
+}
+
+/** Reads a leaf as the ledger does: strict JSON, its own canonical form, a complete envelope. */
+function readLeaf(leaf) {
+  let value;
+  try {
+    const text = decodeUtf8(leaf);
+    value = parseJson(text);
+    if (canonicalize(value) !== text) throw new LeafError('leaf_not_canonical', 'the leaf is not its RFC 8785 canonical form');
+  } catch (e) {
+    if (e instanceof LeafError) throw e;
+    if (e instanceof JsonError) {
+      throw e.syntax
+        ? new LeafError('leaf_encoding', `the leaf is not JSON: ${e.message}`)
+        : new LeafError('leaf_not_canonical', `the leaf has no canonical form: ${e.message}`);
+    }
+    throw e;
+  }
+  checkRecord(value);
+  return value;
+}
+
+// ---------------------------------------------------------------------------- rule replay
+
+const q = (s) => JSON.stringify(s);
+const bodyStr = (r, f) => (typeof r.body[f] === 'string' ? r.body[f] : null);
+const bodyTs = (r, f) => tsMicros(bodyStr(r, f));
+const CLOSED_NAMES = { approved: 'approved', edited: 'edited', rejected: 'rejected', timed_out: 'timed out', revoked_open: 'revoked while open' };
+
+/**
+ * The approval-rule replay (docs/protocol.md, "The approval-rule replay"): records in seq
+ * order in, the first outcome the rules forbid out.
+ */
+export class RuleReplay {
+  constructor() {
+    this.requests = new Map();
+    this.tickets = new Map();
+    this.records = new Map(); // leaf hash hex -> request id
+  }
+
+  /** Replays one record; returns why its outcome is forbidden, or null. */
+  step(r, leafHashHex) {
+    const rid = r.request_id;
+    if (rid === null) return null;
+    const verdict = this.judge(r, rid);
+    if (verdict === null) this.records.set(leafHashHex, rid);
+    return verdict;
+  }
+
+  judge(r, rid) {
+    const ts = tsMicros(r.ts);
+    if (r.kind === 'interrupt') {
+      if (this.requests.has(rid)) return `rule 1: a second interrupt of request ${q(rid)}`;
+      this.requests.set(rid, {
+        deadline: bodyTs(r, 'expires_at') ?? -(1n << 63n),
+        digest: bodyStr(r, 'action_digest') ?? '',
+        closed: null,
+        revoked: false,
+      });
+      return null;
+    }
+    const req = this.requests.get(rid);
+    if (!req) return `rule 2: a ${r.kind} of request ${q(rid)}, which has no interrupt before it`;
+    switch (r.kind) {
+      case 'decision':
+      case 'rejection': {
+        if (req.closed) return `rule 3a: a second closing record of request ${q(rid)} (it was ${CLOSED_NAMES[req.closed]})`;
+        if (ts >= req.deadline) return `rule 3b: a closing record of request ${q(rid)} at or after the review deadline`;
+        const ticket = bodyStr(r, 'ticket_id') ?? '';
+        if (this.tickets.has(ticket)) return `rule 3: ticket ${q(ticket)} is issued a second time`;
+        const issuer = r.kind === 'rejection' ? 'reject' : bodyStr(r, 'decision') === 'approve' ? 'approve' : 'edit';
+        this.tickets.set(ticket, {
+          request: rid,
+          issuer,
+          expiresAt: issuer === 'approve' ? bodyTs(r, 'expires_at') : null,
+          used: false,
+        });
+        req.closed = { approve: 'approved', edit: 'edited', reject: 'rejected' }[issuer];
+        return null;
+      }
+      case 'timeout':
+        if (req.closed) return `rule 4a: a second closing record of request ${q(rid)} (it was ${CLOSED_NAMES[req.closed]})`;
+        if (ts < req.deadline) return `rule 4b: a timeout of request ${q(rid)} before the review deadline`;
+        if (bodyTs(r, 'expires_at') !== req.deadline) return `rule 4c: a timeout of request ${q(rid)} naming another deadline`;
+        req.closed = 'timed_out';
+        return null;
+      case 'revocation':
+        if (req.closed === null) {
+          if (ts >= req.deadline) return `rule 5a: a revocation of the overdue request ${q(rid)}`;
+          req.closed = 'revoked_open';
+          req.revoked = true;
+          return null;
+        }
+        if (req.closed === 'approved' && !req.revoked) {
+          req.revoked = true;
+          return null;
+        }
+        return `rule 5c: a revocation of request ${q(rid)}, which is ${req.revoked ? 'already revoked' : CLOSED_NAMES[req.closed]}`;
+      case 'authorization':
+        return this.grant(r, rid, ts, req);
+      case 'follow_up': {
+        const follows = bodyStr(r, 'follows');
+        const owner = isHex64(follows) ? this.records.get(follows) : undefined;
+        return owner === rid ? null : `rule 7: a follow-up of request ${q(rid)} that follows a record of another request`;
+      }
+      default:
+        return null;
+    }
+  }
+
+  grant(r, rid, ts, req) {
+    const granted = r.body.granted === true;
+    const observed = has(r.body, 'would_deny') && r.body.would_deny !== null;
+    if (!granted || observed) return null;
+    const ticketId = bodyStr(r, 'ticket_id') ?? '';
+    const ticket = this.tickets.get(ticketId);
+    if (!ticket || ticket.request !== rid || ticket.issuer !== 'approve') {
+      return `rule 6a: a grant of ticket ${q(ticketId)}, which no approval of request ${q(rid)} issued`;
+    }
+    if (bodyStr(r, 'action_digest') !== req.digest) return `rule 6b: a grant in request ${q(rid)} whose digest is not the approved one`;
+    if (ticket.expiresAt === null || ts >= ticket.expiresAt) return `rule 6c: a grant of ticket ${q(ticketId)} at or after the approval's expires_at`;
+    if (req.revoked) return `rule 6d: a grant of ticket ${q(ticketId)} after request ${q(rid)} was revoked`;
+    if (ticket.used) return `rule 6e: a second real grant of ticket ${q(ticketId)}`;
+    ticket.used = true;
+    return null;
+  }
+}
+
+// ---------------------------------------------------------------------------------- bundles
+
+const asU64 = (v) => (v instanceof JsonInt && v.value >= 0 ? BigInt(v.value) : null);
+
+function parseBundle(bytes) {
+  const bad = (m) => new Problem('bad_input', m);
+  let doc;
+  try {
+    doc = parseJson(decodeUtf8(bytes), { taggedIntegers: true });
+  } catch (e) {
+    if (e instanceof JsonError) throw bad(`the bundle is not JSON that reads one way: ${e.message}`);
+    throw e;
+  }
+  if (!isObject(doc)) throw bad('the bundle is not a JSON object');
+  const s = (k) => {
+    if (!has(doc, k) || typeof doc[k] !== 'string') throw bad(`the bundle's ${q(k)} is missing or not a string`);
+    return doc[k];
+  };
+  const format = s('format');
+  if (format !== FORMAT) throw bad(`unknown bundle format ${q(format)} (this page reads ${FORMAT})`);
+  if (!has(doc, 'records') || !Array.isArray(doc.records)) throw bad('the bundle\'s "records" is missing or not a list');
+  const entries = doc.records.map((e, i) => {
+    if (!isObject(e)) throw bad(`records[${i}] is not an object`);
+    const seq = has(e, 'seq') ? asU64(e.seq) : null;
+    if (seq === null) throw bad(`records[${i}].seq is not a non-negative integer`);
+    if (!has(e, 'leaf') || typeof e.leaf !== 'string') throw bad(`records[${i}].leaf is not a string`);
+    if (!has(e, 'inclusion_proof') || !Array.isArray(e.inclusion_proof)) throw bad(`records[${i}].inclusion_proof is not a list`);
+    if (!e.inclusion_proof.every((h) => typeof h === 'string')) throw bad(`records[${i}].inclusion_proof holds a non-string`);
+    return { seq, leaf: e.leaf, proof: e.inclusion_proof };
+  });
+  return {
+    origin: s('origin'),
+    verifierKey: s('verifier_key'),
+    checkpoint: s('checkpoint'),
+    threadId: s('thread_id'),
+    threadHead: s('thread_head'),
+    entries,
+  };
+}
+
+/**
+ * Verifies an export bundle, trusting only `keyText` (a C2SP verifier key string).
+ *
+ * @param {Uint8Array} bytes the bundle file, exactly as received
+ * @param {string} keyText the trusted verifier key
+ * @returns {Promise<{report: object, checks: Array<{id: string, title: string, what: string, status: string, detail: string}>, records: object[]}>}
+ *   `report` is what `hitl-ledger verify-export --format json` prints: `{ok, records,
+ *   decisions, rejections, first_ts, last_ts, problem}` with `problem` null or `{code,
+ *   message, seq}`. `checks` gives each check's status (`pass`, `fail`, `incomplete` or
+ *   `not_run`). `records` are the bundle's records when every check passed.
+ * @throws {EnvironmentError} when the browser cannot verify at all (no WebCrypto or Ed25519)
+ */
+export async function verifyBundle(bytes, keyText) {
+  const report = { ok: false, records: 0, decisions: 0, rejections: 0, first_ts: null, last_ts: null, problem: null };
+  const passed = new Set();
+  const details = new Map();
+  const records = [];
+  let stoppedAt = null;
+  try {
+    let key;
+    try {
+      key = await parseVerifierKey(keyText);
+    } catch (e) {
+      if (e instanceof EnvironmentError) throw e;
+      throw new Problem('bad_input', `the trusted key is not a verifier key: ${e.message}`);
+    }
+    const b = parseBundle(bytes);
+    report.records = b.entries.length;
+    passed.add('structure');
+    details.set('structure', `${b.entries.length} records of thread ${q(b.threadId)}; trusted key ${key.name}+${toHex(key.keyId)}`);
+    if (b.verifierKey !== keyText) {
+      throw new Problem('verifier_key_mismatch', `the bundle names verifier key ${q(b.verifierKey)}, not the trusted ${q(keyText)}`);
+    }
+    if (b.origin !== key.name) {
+      throw new Problem('origin_mismatch', `the bundle's origin ${q(b.origin)} is not the key's name ${q(key.name)}`);
+    }
+    passed.add('key');
+    let cpText;
+    try {
+      cpText = await openNote(b.checkpoint, key);
+    } catch (e) {
+      if (e instanceof NoteError) throw new Problem('checkpoint_signature', `checkpoint: ${e.message}`);
+      throw e;
+    }
+    let cp;
+    try {
+      cp = parseCheckpoint(cpText);
+    } catch (e) {
+      throw new Problem('checkpoint_body', `checkpoint body: ${e.message}`);
+    }
+    if (cp.origin !== b.origin) {
+      throw new Problem('checkpoint_body', `the checkpoint's origin ${q(cp.origin)} is not the bundle's ${q(b.origin)}`);
+    }
+    passed.add('checkpoint');
+    details.set('checkpoint', `tree of ${cp.size} records, root ${toHex(cp.root)}`);
+    let thText;
+    try {
+      thText = await openNote(b.threadHead, key);
+    } catch (e) {
+      if (e instanceof NoteError) throw new Problem('thread_head_signature', `thread head: ${e.message}`);
+      throw e;
+    }
+    let th;
+    try {
+      th = parseThreadHead(thText);
+    } catch (e) {
+      throw new Problem('thread_head_body', `thread head body: ${e.message}`);
+    }
+    passed.add('thread_head');
+    details.set('thread_head', `thread ${q(th.thread)}: ${th.size} records, head ${toHex(th.head)}, tree ${th.tree}`);
+
+    let prevSeq = null;
+    let prevHash = new Uint8Array(32);
+    const replayed = [];
+    for (let i = 0; i < b.entries.length; i++) {
+      const e = b.entries[i];
+      stoppedAt = e.seq;
+      const at = (code, m) => new Problem(code, m, e.seq);
+      const leaf = b64decode(e.leaf);
+      if (!leaf) throw at('leaf_encoding', `records[${i}].leaf is not base64`);
+      let r;
+      try {
+        r = readLeaf(leaf);
+      } catch (err) {
+        if (err instanceof LeafError) throw at(err.code, `records[${i}]: ${err.message}`);
+        throw err;
+      }
+      if (report.first_ts === null) report.first_ts = r.ts;
+      report.last_ts = r.ts;
+      if (r.kind === 'decision') report.decisions++;
+      if (r.kind === 'rejection') report.rejections++;
+      if (BigInt(r.seq) !== e.seq) throw at('seq_mismatch', `records[${i}] is listed as seq ${e.seq} but its leaf says ${r.seq}`);
+      if (prevSeq !== null && e.seq <= prevSeq) throw at('seq_order', `records[${i}] (seq ${e.seq}) does not come after seq ${prevSeq}`);
+      if (r.origin !== b.origin) throw at('record_origin', `record ${e.seq} has origin ${q(r.origin)}, the bundle's is ${q(b.origin)}`);
+      if (r.thread_id !== b.threadId) throw at('record_thread', `record ${e.seq} is in thread ${q(r.thread_id)}, the bundle's is ${q(b.threadId)}`);
+      const hash = await leafHash(leaf);
+      const proof = e.proof.map((h) => (isHex64(h) ? parseLowerHex(h, 32) : null));
+      if (proof.some((p) => p === null)) throw at('inclusion_proof', `record ${e.seq}'s proof holds a hash that is not 64 lowercase hex`);
+      const why = await verifyInclusion(hash, e.seq, cp.size, proof, cp.root);
+      if (why) throw at('inclusion_proof', `record ${e.seq} is not in the checkpoint's tree of ${cp.size}: ${why}`);
+      if (BigInt(r.thread_seq) !== BigInt(i)) {
+        throw at('thread_gap', `record ${e.seq} has thread_seq ${r.thread_seq}, expected ${i} (a record of the thread is missing)`);
+      }
+      if (r.thread_prev !== toHex(prevHash)) {
+        throw at('thread_prev', `record ${e.seq} has thread_prev ${r.thread_prev}, the previous record's leaf hash is ${toHex(prevHash)}`);
+      }
+      prevSeq = e.seq;
+      prevHash = hash;
+      replayed.push([r, toHex(hash)]);
+    }
+    stoppedAt = null;
+    for (const c of CHECKS) if (c.perRecord) passed.add(c.id);
+    details.set('inclusion', `${b.entries.length} leaf hashes proven against the root of ${cp.size}`);
+    const n = BigInt(b.entries.length);
+    const mismatch = (m) => new Problem('thread_head_mismatch', m);
+    if (th.origin !== b.origin || th.thread !== b.threadId) throw mismatch(`the thread head is for ${q(th.thread)} in ${q(th.origin)}`);
+    if (th.tree !== cp.size) throw mismatch(`the thread head accompanies a tree of ${th.tree}, the checkpoint's is ${cp.size}`);
+    if (th.size !== n) throw mismatch(`the thread head says ${th.size} records, the bundle has ${n}`);
+    if (!bytesEqual(th.head, prevHash)) {
+      throw mismatch(`the thread head names ${toHex(th.head)} as the last record, the bundle's last is ${toHex(prevHash)}`);
+    }
+    passed.add('head');
+    const rules = new RuleReplay();
+    for (const [r, h] of replayed) {
+      const m = rules.step(r, h);
+      if (m !== null) throw new Problem('rule_violation', `record ${r.seq}: ${m}`, BigInt(r.seq));
+    }
+    passed.add('rules');
+    for (const [r] of replayed) records.push(r);
+    report.ok = true;
+  } catch (e) {
+    if (!(e instanceof Problem)) throw e;
+    const seq = e.seq === null ? null : e.seq <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(e.seq) : e.seq.toString();
+    report.problem = { code: e.code, message: e.message, seq };
+  }
+  const failed = report.problem ? checkOf(report.problem.code).id : null;
+  const checks = CHECKS.map((c) => {
+    let status;
+    let detail = details.get(c.id) ?? '';
+    if (c.id === failed) {
+      status = 'fail';
+      detail = report.problem.message;
+    } else if (passed.has(c.id)) status = 'pass';
+    else if (c.perRecord && stoppedAt !== null && failed && checkOf(report.problem.code).perRecord) {
+      status = 'incomplete';
+      // Each record goes through the per-record checks in CHECKS order: those before the
+      // failing one also passed for the failing record.
+      const before = CHECKS.indexOf(c) < CHECKS.findIndex((x) => x.id === failed);
+      detail = before
+        ? `passed up to and including record seq ${stoppedAt}; the records after it were not checked (verification stops at the first failure)`
+        : `checked up to the record before seq ${stoppedAt}; verification stops at the first failure`;
+    } else status = 'not_run';
+    return { id: c.id, title: c.title, what: c.what, status, detail };
+  });
+  return { report, checks, records };
+}
