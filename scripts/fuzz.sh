@@ -11,9 +11,11 @@
 #   scripts/fuzz.sh --long SECONDS TARGET...   only these targets
 #
 # Installs what is missing: make and a C compiler (apt-get), cargo-afl (cargo install; it builds
-# the AFL++ runtime it needs). Builds go to ~/.cache/hitl-ledger/fuzz-target, findings to
-# ~/.cache/hitl-ledger/fuzz-out/<short|long>/<target>/default/{crashes,hangs,queue}; nothing is
-# written to the repository. A crash is printed with the command that replays it without AFL.
+# the AFL++ runtime it needs). Runs fuzz/'s own tests first (the seeds pass every target; fuzz/
+# has the main crate's dependencies, locked alike). Builds go to ~/.cache/hitl-ledger/fuzz-target,
+# findings to ~/.cache/hitl-ledger/fuzz-out/<short|long>/<target>/default/{crashes,hangs,queue};
+# nothing is written to the repository. A crash is printed with the command that replays it
+# without AFL. docs/testing.md says more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -35,7 +37,7 @@ case "$mode" in
     [ $# -gt 0 ] && shift
     ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
@@ -70,6 +72,9 @@ if ! grep -q 'afl-fuzz \[ options \]' <<<"$afl_help"; then
 fi
 
 # --- build ----------------------------------------------------------------------------------
+# First without AFL: the seed corpora pass every target, and fuzz/ still matches the main
+# crate's dependencies (fuzz/tests/corpus.rs); this also builds the replay tool.
+(cd fuzz && cargo test --locked -q)
 (cd fuzz && cargo afl build --release --locked --features afl --bins)
 BIN="$CARGO_TARGET_DIR/release"
 built=$(date +%s)
@@ -77,7 +82,7 @@ echo "fuzz.sh: ready in $((built - started)) s; fuzzing ${TARGETS[*]} for $secon
 
 # --- fuzz -----------------------------------------------------------------------------------
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_AFFINITY=1
-export AFL_FAST_CAL=1 AFL_SUPPRESS_ERROR_FILE=1
+export AFL_FAST_CAL=1
 [ "$mode" = --long ] && export AFL_AUTORESUME=1
 
 run_one() {
@@ -117,7 +122,7 @@ for t in "${TARGETS[@]}"; do
     for c in "${crashes[@]}"; do
       echo "fuzz.sh: CRASH in $t: $c"
       head -c 2048 "$c" | od -A d -c | head -40
-      echo "  replay: cd fuzz && HITL_FUZZ_REPLAY='$t:$c' cargo test --test corpus replay -- --nocapture"
+      echo "  replay: (cd fuzz && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo run -q --bin replay -- $t '$c')"
     done
   fi
 done

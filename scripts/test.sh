@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: Rust (unit, integration, vectors, doc tests) on RocksDB, the integration
-# tests again on PostgreSQL, the Python interop check of export bundles, and the Python
-# client with real LangGraph graphs against the real server, and the reviewer's console in a
-# real browser.
+# Runs every test: Rust (unit, integration, vectors, model-based, property fuzzing, crash loop,
+# fault injection, doc tests) on RocksDB, the integration tests again on PostgreSQL, 25 s of
+# AFL++ per fuzz target, the Python interop check of export bundles, the Python client with
+# real LangGraph graphs against the real server, and the reviewer's console in a real browser.
+# What each proves, and the long modes: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,6 +29,10 @@ cargo test --doc
 HITL_TEST_DATABASE_URL="$PG_URL" cargo test --test it -- \
   --skip multi:: --skip storage:: --skip model:: --skip fuzz:: --skip crash:: --skip faults:: \
   --skip layering::
+
+# Coverage-guided fuzzing, short mode (docs/testing.md): fuzz/'s own tests (seeds, dependency
+# drift), then each AFL++ target 25 s, two at a time; fails on any crash.
+scripts/fuzz.sh --short
 
 # Python: one virtual environment for the interop checker and the client tests.
 VENV="${CARGO_TARGET_DIR%/target}/venv"

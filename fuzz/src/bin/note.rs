@@ -1,0 +1,7 @@
+//! AFL++ target: `hitl_ledger_fuzz::targets::note` (see there for what it checks).
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        hitl_ledger_fuzz::targets::note(data);
+    });
+}
