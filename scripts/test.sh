@@ -23,6 +23,11 @@ export HITL_TEST_PG_SERVER="$PG_URL"
 # script builds with the same target set, so RocksDB (about 15 minutes) is compiled once.
 cargo test --all-targets
 cargo test --doc
+# The benchmark program in its quick mode (figures not to quote; docs/performance.md), with the
+# engines rows on the throwaway PostgreSQL, so it cannot rot. It asserts no timing.
+BENCH_OUT=$(mktemp -d "${TMPDIR:-/tmp}/hitl-ledger-bench.XXXXXX")
+"$CARGO_TARGET_DIR/debug/hitl-ledger-bench" --quick --out "$BENCH_OUT" --postgres "$PG_URL" >/dev/null
+rm -rf "$BENCH_OUT"
 # The integration tests again, every ledger on PostgreSQL (a database per ledger). What does
 # not depend on the engine (the model, the fuzzers, the crash loop of the RocksDB binary, the
 # RocksDB fault shims, the layering walk) and what already used PostgreSQL ran above.

@@ -32,7 +32,7 @@ use crate::model::action::RedactionKey;
 use crate::model::policy::Policy;
 use crate::storage::postgres::{LedgerRow, PgEngine};
 use crate::storage::rocks::RocksEngine;
-use crate::storage::{Engine, Read};
+use crate::storage::{Durability, Engine, Read};
 use datadir::{Config, DirLock};
 use metrics::Metrics;
 
@@ -129,6 +129,9 @@ pub struct Ledger {
     /// no further write is accepted until the ledger is reopened (contract section 6).
     failed: Mutex<Option<String>>,
     metrics: Metrics,
+    /// How batches are committed: always `Synced`, except in a benchmark's ledger
+    /// ([`Ledger::with_unsynced_commits_for_benchmarks`]).
+    commit_durability: Durability,
     _lock: Option<DirLock>,
 }
 
@@ -344,6 +347,7 @@ impl Ledger {
             unwritable: None,
             failed: Mutex::new(None),
             metrics: Metrics::default(),
+            commit_durability: Durability::Synced,
             _lock: None,
         };
         ledger.unwritable = ledger.check_head().err();
@@ -454,6 +458,16 @@ impl Ledger {
             );
         }
         Ok(())
+    }
+
+    /// **For benchmarks only: this ledger can lose records it has acknowledged.** Commits
+    /// its batches without syncing the write-ahead log (`Durability::Buffered`), so a crash or
+    /// a power loss may drop batches whose callers were already answered. It exists so that
+    /// `hitl-ledger-bench` can measure what durability costs by running the same server with
+    /// sync off beside the durable one; no command, flag or configuration file reaches it.
+    pub fn with_unsynced_commits_for_benchmarks(mut self) -> Ledger {
+        self.commit_durability = Durability::Buffered;
+        self
     }
 
     /// Why the ledger refuses to append, when its stored head contradicts its records or its

@@ -239,7 +239,7 @@ impl Ledger {
             (results, appended, view.take())
         };
         let started = std::time::Instant::now();
-        match txn.commit(changes, Durability::Synced) {
+        match txn.commit(changes, self.commit_durability) {
             Ok(()) => {
                 self.metrics
                     .record_batch(appended, started.elapsed().as_micros() as u64);
