@@ -5,6 +5,7 @@
 //! failure is an error (exit 2), never a finding.
 
 use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::{self, ProofError};
@@ -14,7 +15,9 @@ use crate::ledger::Ledger;
 use crate::storage::memory::MemoryEngine;
 use crate::storage::rocks::RocksEngine;
 use crate::storage::{Durability, Engine, Keyspace, Read};
-use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, compare_index, sort_problems};
+use crate::verify::{
+    ChainCheck, Checked, Problem, ProblemCode, VerifyReport, compare_index, sort_problems,
+};
 
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 10_000;
@@ -63,6 +66,11 @@ impl Drop for Scratch {
 /// approval rules, the derived indexes against the records, and (with `trusted`) consistency
 /// with a checkpoint kept elsewhere. `progress(done, total)` is called after each chunk.
 ///
+/// Two stages run at once: this thread reads the records and checks them (leaves hashed and
+/// read on every core, see [`ChainCheck::feed`]) while a second derives the indexes from the
+/// checked records into the scratch database. The report is exactly the one of
+/// [`super::reference::verify`], which does the same one step after the other.
+///
 /// # Errors
 /// Storage errors only; everything wrong with the data is a [`Problem`].
 pub fn verify(
@@ -77,54 +85,36 @@ pub fn verify(
     // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
     // so verifying holds O(chunk) in memory whatever the ledger's size.
     let scratch = Scratch::create(ledger)?;
-    let mut derive_error: Option<Problem> = None;
-    let mut records = index::records(&*snap);
-    let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
-    let mut exhausted = false;
-    while !exhausted {
-        let txn = scratch.engine().begin_write()?;
-        let changes = {
-            let mut derived = View::new(&*txn);
-            let mut fed = 0usize;
-            while fed < FLUSH_EVERY {
+    let derive_error = std::thread::scope(|s| -> Result<Option<Problem>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Checked>>(IN_FLIGHT);
+        let engine = scratch.engine();
+        let deriver = s.spawn(move || derive(engine, &rx));
+        let fed = (|| -> Result<()> {
+            let mut records = index::records(&*snap);
+            let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
+            loop {
                 chunk.clear();
-                for item in records.by_ref().take(4096) {
+                for item in records.by_ref().take(CHUNK) {
                     chunk.push(item?);
                 }
                 if chunk.is_empty() {
-                    exhausted = true;
-                    break;
+                    return Ok(());
                 }
-                fed += chunk.len();
-                for (seq, hash, rec) in check.feed(&chunk) {
-                    if derive_error.is_some() {
-                        continue;
-                    }
-                    let next = index::head(&derived).map(|h| h.size).unwrap_or(u64::MAX);
-                    let applied = match rec {
-                        Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
-                        _ => Err(Error::corrupt_at(
-                            seq,
-                            format!("record {seq} cannot be indexed"),
-                        )),
-                    };
-                    if let Err(e) = applied {
-                        derive_error = Some(Problem::at(
-                            ProblemCode::Index,
-                            seq,
-                            format!(
-                                "the indexes cannot be derived past record {seq}: {}",
-                                e.message()
-                            ),
-                        ));
-                    }
-                }
+                let checked = check.feed(&chunk);
                 progress(check.size(), total);
+                if tx.send(checked).is_err() {
+                    // The deriver stopped on a storage error, which it returns.
+                    return Ok(());
+                }
             }
-            derived.take()
-        };
-        txn.commit(changes, Durability::Buffered)?;
-    }
+        })();
+        drop(tx);
+        let derived = deriver
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        fed?;
+        derived
+    })?;
     let n = check.size();
     let mut problems = check.finish();
     if let Some(t) = trusted {
@@ -148,8 +138,66 @@ pub fn verify(
     })
 }
 
+/// Records read and checked per chunk.
+const CHUNK: usize = 4096;
+
+/// Checked chunks waiting for the deriver (bounds memory when deriving is the slower stage).
+const IN_FLIGHT: usize = 4;
+
+/// Derives the indexes from the checked records, in seq order, into `engine`, committing every
+/// [`FLUSH_EVERY`] records. Returns the problem of the first record that cannot be indexed
+/// (nothing after it is derived), `None` when every record was.
+fn derive(engine: &dyn Engine, rx: &Receiver<Vec<Checked>>) -> Result<Option<Problem>> {
+    let mut derive_error: Option<Problem> = None;
+    // The head's size after the records applied so far (the seq the next one must have).
+    let mut next = 0u64;
+    let mut exhausted = false;
+    while !exhausted {
+        let txn = engine.begin_write()?;
+        let changes = {
+            let mut derived = View::new(&*txn);
+            let mut fed = 0usize;
+            while fed < FLUSH_EVERY {
+                let Ok(checked) = rx.recv() else {
+                    exhausted = true;
+                    break;
+                };
+                fed += checked.len();
+                for (seq, hash, rec) in checked {
+                    if derive_error.is_some() {
+                        continue;
+                    }
+                    let applied = match rec {
+                        Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
+                        _ => Err(Error::corrupt_at(
+                            seq,
+                            format!("record {seq} cannot be indexed"),
+                        )),
+                    };
+                    match applied {
+                        Ok(()) => next = seq + 1,
+                        Err(e) => {
+                            derive_error = Some(Problem::at(
+                                ProblemCode::Index,
+                                seq,
+                                format!(
+                                    "the indexes cannot be derived past record {seq}: {}",
+                                    e.message()
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            derived.take()
+        };
+        txn.commit(changes, Durability::Buffered)?;
+    }
+    Ok(derive_error)
+}
+
 /// The first difference between the stored and the derived entries of one keyspace.
-fn compare_keyspace(
+pub(super) fn compare_keyspace(
     stored: &dyn Read,
     derived: &dyn Read,
     ks: Keyspace,

@@ -1,6 +1,7 @@
 //! Pure formats: the bytes that are hashed, signed and exported. No I/O, no clock.
 //!
 //! - [`jcs`]: RFC 8785 canonical JSON and the strict parser;
+//! - [`jcs_check`]: the check that bytes already are canonical, building no value tree;
 //! - [`merkle`]: the RFC 6962 tree, proofs and their verification;
 //! - [`note`]: C2SP signed notes, checkpoints and thread heads;
 //! - [`record`]: the record envelope, kinds and the leaf;
@@ -8,6 +9,7 @@
 
 pub mod bundle;
 pub mod jcs;
+pub mod jcs_check;
 pub mod merkle;
 pub mod note;
 pub mod record;

@@ -23,3 +23,4 @@ mod schemas;
 mod server;
 mod storage;
 mod tamper;
+mod verify_diff;

@@ -1,0 +1,159 @@
+//! The reference whole-ledger check: `verify` as first written, the straightforward way.
+//! [`super::fsck::verify`] is the fast one; the differential tests hold the two to the same
+//! report on untouched and tampered ledgers, and the benchmark measures one beside the other.
+//! Nothing else runs this.
+
+use std::path::PathBuf;
+
+use crate::codec::read_be;
+use crate::error::{Error, Result};
+use crate::format::merkle;
+use crate::format::record::Record;
+use crate::index::{self, View};
+use crate::ledger::Ledger;
+use crate::storage::memory::MemoryEngine;
+use crate::storage::rocks::RocksEngine;
+use crate::storage::{Durability, Engine, Keyspace};
+use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, sort_problems};
+
+/// Records derived into the scratch engine per commit (bounds memory).
+const FLUSH_EVERY: usize = 10_000;
+
+/// Where one check re-derives the indexes: a RocksDB database beside a ledger opened from a
+/// data directory (removed when dropped, also on an early return), memory for a ledger on any
+/// other engine (the tests' in-memory ledgers).
+struct Scratch {
+    engine: Option<Box<dyn Engine>>,
+    path: Option<PathBuf>,
+}
+
+impl Scratch {
+    fn create(ledger: &Ledger) -> Result<Scratch> {
+        let Some(dir) = ledger.dir() else {
+            return Ok(Scratch {
+                engine: Some(Box::new(MemoryEngine::new())),
+                path: None,
+            });
+        };
+        let path = dir.join("verify-scratch-reference");
+        let _ = std::fs::remove_dir_all(&path);
+        let engine = RocksEngine::open(&path, true)?;
+        Ok(Scratch {
+            engine: Some(Box::new(engine)),
+            path: Some(path),
+        })
+    }
+
+    fn engine(&self) -> &dyn Engine {
+        self.engine.as_deref().expect("open until dropped")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        drop(self.engine.take());
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+/// The whole-ledger check as first written, for [`super::fsck::verify`] to be held to: every
+/// leaf parsed into a value tree and re-serialized ([`Record::from_leaf`]), one chunk at a
+/// time on the calling thread, the indexes derived into a scratch database and compared
+/// after. Same problems, same evidence, same order.
+///
+/// # Errors
+/// Storage errors only; everything wrong with the data is a [`Problem`].
+pub fn verify(
+    ledger: &Ledger,
+    trusted: Option<&[u8]>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<VerifyReport> {
+    let snap = ledger.engine().snapshot()?;
+    let checkpoints = index::checkpoints(&*snap)?;
+    let mut check = ChainCheck::new(ledger.origin(), &ledger.verifier(), &checkpoints);
+    let total = index::record_count(&*snap).unwrap_or(0);
+    // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
+    // so verifying holds O(chunk) in memory whatever the ledger's size.
+    let scratch = Scratch::create(ledger)?;
+    let mut derive_error: Option<Problem> = None;
+    let mut records = index::records(&*snap);
+    let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
+    let mut exhausted = false;
+    while !exhausted {
+        let txn = scratch.engine().begin_write()?;
+        let changes = {
+            let mut derived = View::new(&*txn);
+            let mut fed = 0usize;
+            while fed < FLUSH_EVERY {
+                chunk.clear();
+                for item in records.by_ref().take(4096) {
+                    chunk.push(item?);
+                }
+                if chunk.is_empty() {
+                    exhausted = true;
+                    break;
+                }
+                fed += chunk.len();
+                let read = chunk
+                    .iter()
+                    .map(|(k, leaf)| {
+                        (
+                            read_be(k).filter(|_| k.len() == 8),
+                            merkle::leaf_hash(leaf),
+                            Record::from_leaf(leaf),
+                        )
+                    })
+                    .collect();
+                for (seq, hash, rec) in check.feed_read(read) {
+                    if derive_error.is_some() {
+                        continue;
+                    }
+                    let next = index::head(&derived).map(|h| h.size).unwrap_or(u64::MAX);
+                    let applied = match rec {
+                        Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
+                        _ => Err(Error::corrupt_at(
+                            seq,
+                            format!("record {seq} cannot be indexed"),
+                        )),
+                    };
+                    if let Err(e) = applied {
+                        derive_error = Some(Problem::at(
+                            ProblemCode::Index,
+                            seq,
+                            format!(
+                                "the indexes cannot be derived past record {seq}: {}",
+                                e.message()
+                            ),
+                        ));
+                    }
+                }
+                progress(check.size(), total);
+            }
+            derived.take()
+        };
+        txn.commit(changes, Durability::Buffered)?;
+    }
+    let n = check.size();
+    let mut problems = check.finish();
+    if let Some(t) = trusted {
+        problems.extend(super::fsck::check_trusted(ledger, t)?);
+    }
+    match derive_error {
+        Some(p) => problems.push(p),
+        None => {
+            let derived = scratch.engine().snapshot()?;
+            for ks in Keyspace::DERIVED {
+                problems.extend(super::fsck::compare_keyspace(&*snap, &*derived, ks)?);
+            }
+        }
+    }
+    drop(scratch);
+    sort_problems(&mut problems);
+    Ok(VerifyReport {
+        records: n,
+        checkpoints: checkpoints.len(),
+        problems,
+    })
+}
