@@ -675,8 +675,7 @@ impl Engine for PgEngine {
     fn snapshot(&self) -> Result<Box<dyn Read + '_>, StorageError> {
         let mut c = self.reader()?;
         // The snapshot is taken by the transaction's first statement, not by BEGIN: take it now.
-        if let Err(e) =
-            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
+        if let Err(e) = c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
         {
             return Err(engine_err("beginning a snapshot")(e));
         }
