@@ -54,11 +54,36 @@ pub struct AppState {
 /// without a restart.
 struct TokensFile {
     path: std::path::PathBuf,
-    /// When the file was last looked at, and its modification time then.
-    seen: std::sync::Mutex<(std::time::Instant, Option<std::time::SystemTime>)>,
+    /// When the file was last looked at, and what it was then.
+    seen: std::sync::Mutex<(std::time::Instant, Option<FileStamp>)>,
 }
 
-/// How often the tokens file's modification time is looked at.
+/// What tells one version of the tokens file from the next: its modification time, length,
+/// inode and change time. The modification time alone misses an edit made within the file
+/// system's timestamp granularity of the previous one (a token added right after `serve`
+/// loaded the file); `hitl-ledger token add` replaces the file, so its inode changes too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    ino: u64,
+    ctime_ns: i128,
+}
+
+impl FileStamp {
+    fn of(path: &std::path::Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            modified: m.modified().ok(),
+            len: m.len(),
+            ino: m.ino(),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        })
+    }
+}
+
+/// How often the tokens file is looked at.
 const TOKENS_RECHECK: Duration = Duration::from_secs(1);
 
 impl AppState {
@@ -132,10 +157,10 @@ impl AppState {
     /// Reloads the tokens from `path` whenever the file changes (looked at once a second at
     /// most). A file that no longer parses keeps the tokens loaded before, with a warning.
     pub fn watch_tokens_file(mut self, path: &std::path::Path) -> AppState {
-        let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let stamp = FileStamp::of(path);
         self.tokens_file = Some(TokensFile {
             path: path.to_path_buf(),
-            seen: std::sync::Mutex::new((std::time::Instant::now(), mtime)),
+            seen: std::sync::Mutex::new((std::time::Instant::now(), stamp)),
         });
         self
     }
@@ -145,12 +170,12 @@ impl AppState {
             let mut seen = f.seen.lock().unwrap_or_else(|p| p.into_inner());
             if seen.0.elapsed() >= TOKENS_RECHECK {
                 seen.0 = std::time::Instant::now();
-                let mtime = std::fs::metadata(&f.path).and_then(|m| m.modified()).ok();
-                if mtime != seen.1 {
+                let stamp = FileStamp::of(&f.path);
+                if stamp != seen.1 {
                     match Tokens::load(&f.path) {
                         Ok(t) => {
                             *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = t;
-                            seen.1 = mtime;
+                            seen.1 = stamp;
                             tracing::info!(path = %f.path.display(), "reloaded the tokens file");
                         }
                         Err(e) => {

@@ -523,6 +523,25 @@ fn every_route_the_router_knows_is_in_openapi() {
     let hz = &paths["/healthz"]["get"];
     assert_eq!(hz["security"], json!([]));
     documented.insert("/healthz".to_string());
+    // The console's files are answered before routing too, without a token, GET only; the
+    // description names every file the binary embeds.
+    assert!(SERVER_RS.contains("console::is_console_path(&path)"));
+    let console = &paths["/console/{file}"]["get"];
+    assert_eq!(console["security"], json!([]));
+    let console_desc = console["description"].as_str().unwrap();
+    for file in ["app.js", "sse.js", "jcs.js", "verify.js", "style.css"] {
+        assert!(
+            console_desc.contains(file),
+            "/console/{{file}}: the description names {file}"
+        );
+    }
+    for st in ["200", "404", "405"] {
+        assert!(
+            console["responses"].as_object().unwrap().contains_key(st),
+            "/console/{{file}}: {st}"
+        );
+    }
+    documented.insert("/console/{file}".to_string());
     // And nothing is documented that the router does not know.
     let all: BTreeSet<String> = paths.keys().cloned().collect();
     assert_eq!(
