@@ -76,7 +76,6 @@ impl TestServer {
             let outside = Arc::clone(&ledger);
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx_addr.send(listener.local_addr().unwrap()).unwrap();
                 let tokens = Tokens::load(&path.join("tokens.json")).unwrap();
                 let mut state = AppState::new(ledger, tokens, commit)
                     .watch_tokens_file(&path.join("tokens.json"));
@@ -86,6 +85,9 @@ impl TestServer {
                 if let Some(t) = timing {
                     state = state.with_stream_timing(t);
                 }
+                // The address goes to the test only once the tokens file is loaded and
+                // watched: a token the test adds from then on is a change the server sees.
+                tx_addr.send(listener.local_addr().unwrap()).unwrap();
                 serve(listener, state, async move {
                     let _ = stop_rx.await;
                 })
