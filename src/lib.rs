@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | 0 | [`error`], [`codec`] | error codes and the HTTP status table; byte codecs |
 //! | 1 | [`clock`] | time |
-//! | 2 | [`format`], [`storage`] | pure bytes; storage engines |
+//! | 2 | [`format`](mod@format), [`storage`] | pure bytes; storage engines |
 //! | 3 | [`model`], [`verify`] | pure semantics; pure verification |
 //! | 4 | [`index`] | derived state |
 //! | 5 | [`ledger`] | the writer, the gate, reads, proofs |

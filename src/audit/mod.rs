@@ -1,4 +1,4 @@
-//! Tools over a ledger: the whole-ledger check ([`fsck`], what `verify` runs; [`reference`],
+//! Tools over a ledger: the whole-ledger check ([`fsck`], what `verify` runs; [`reference`](mod@reference),
 //! the straightforward one it is tested against) and the
 //! readable views of a thread ([`views`]: JSON lines and CSV, not evidence).
 

@@ -80,7 +80,7 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
 
 /// Sets the process's umask to 0077, so that every file and folder the ledger (and RocksDB
 /// inside it) creates from now on is readable by its owner only (0600 and 0700). Called by
-/// [`Ledger::init`] and [`Ledger::open_with`]; the umask is process-wide.
+/// [`Ledger::init`](crate::Ledger::init) and [`Ledger::open_with`](crate::Ledger::open_with); the umask is process-wide.
 pub fn private_umask() {
     // SAFETY: umask has no preconditions and cannot fail.
     unsafe {

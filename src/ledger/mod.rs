@@ -1,6 +1,6 @@
 //! The ledger: the writer over a storage engine. Every append runs in a batch that is one
 //! atomic commit, durable before anyone is answered, carrying its own signed checkpoint
-//! ([`sequencer`]); the rules of each operation are in [`gate`] and [`replay`]; reads return
+//! (`sequencer`); the rules of each operation are in `gate` and `replay`; reads return
 //! typed values ([`reads`]); proofs and the export bundle are in [`proofs`]; `reindex` is in
 //! [`maintenance`]. The data directory's files are in [`datadir`].
 

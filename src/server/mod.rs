@@ -3,8 +3,8 @@
 //! [`ErrorCode::http_status`](crate::error::ErrorCode::http_status).
 //!
 //! - [`routes`]: the route table, roles and path decoding;
-//! - [`handlers`]: one handler per route;
-//! - [`body`]: reading request bodies within the bounds;
+//! - `handlers`: one handler per route;
+//! - `body`: reading request bodies within the bounds;
 //! - [`tokens`]: the bearer tokens file;
 //! - [`events`]: the decision stream (`GET /v1/events`);
 //! - [`console`]: the reviewer's console, static files built into the binary.
