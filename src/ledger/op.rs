@@ -169,4 +169,45 @@ impl Op {
             )),
         }
     }
+
+    /// Builds an operation from one line of an `append` file (contract section 6): the JSON
+    /// body of the matching route plus `kind` and, except for an interrupt, `request_id`.
+    ///
+    /// # Errors
+    /// `missing_field` without a `kind`; `invalid_request` when `kind` or `request_id` is not a
+    /// string; the body's own codes from [`parse_body`](crate::model::request::parse_body) and
+    /// [`Op::from_body`].
+    pub fn from_line(line: &[u8]) -> Result<Op> {
+        let mut map = crate::model::request::parse_body(line)?;
+        let kind = match map.remove("kind") {
+            Some(Value::String(k)) => k,
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    "\"kind\" must be a string",
+                ));
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorCode::MissingField,
+                    "missing field \"kind\"",
+                ));
+            }
+        };
+        let request_id = if kind == "interrupt" {
+            None
+        } else {
+            match map.remove("request_id") {
+                Some(Value::String(r)) => Some(r),
+                Some(_) => {
+                    return Err(Error::new(
+                        ErrorCode::InvalidRequest,
+                        "\"request_id\" must be a string",
+                    ));
+                }
+                None => None,
+            }
+        };
+        Op::from_body(&kind, request_id, map)
+    }
 }

@@ -1311,42 +1311,6 @@ fn memory_ledger(initial_policy: bool) -> (Ledger, ManualClock) {
     (ledger, clock)
 }
 
-/// `op_from_line` of the binary (`src/bin/hitl-ledger/commands.rs`): an `append` line is the
-/// body plus `kind` and, except for an interrupt, `request_id`.
-fn op_from_line(line: &[u8]) -> hitl_ledger::Result<Op> {
-    let mut map = parse_body(line)?;
-    let kind = match map.remove("kind") {
-        Some(Value::String(k)) => k,
-        Some(_) => {
-            return Err(Error::new(
-                ErrorCode::InvalidRequest,
-                "\"kind\" must be a string",
-            ));
-        }
-        None => {
-            return Err(Error::new(
-                ErrorCode::MissingField,
-                "missing field \"kind\"",
-            ));
-        }
-    };
-    let request_id = if kind == "interrupt" {
-        None
-    } else {
-        match map.remove("request_id") {
-            Some(Value::String(r)) => Some(r),
-            Some(_) => {
-                return Err(Error::new(
-                    ErrorCode::InvalidRequest,
-                    "\"request_id\" must be a string",
-                ));
-            }
-            None => None,
-        }
-    };
-    Op::from_body(&kind, request_id, map)
-}
-
 /// What a sequence of operations made so far, for later bodies to name.
 struct Ctx {
     ledger: Ledger,
@@ -2005,7 +1969,7 @@ fn prepare(ctx: &mut Ctx, s: &Step) -> Result<Option<Pending>, TestCaseError> {
         b.retain(|c| *c != b'\n');
         b
     };
-    let line_op = op_from_line(&line_bytes);
+    let line_op = Op::from_line(&line_bytes);
     if let Err(e) = &line_op {
         prop_assert!(is_4xx(e), "append line: {}", e);
     }
@@ -2107,7 +2071,7 @@ fn bodies_random_bytes() {
                     }
                 }
             }
-            if let Err(e) = op_from_line(&input) {
+            if let Err(e) = Op::from_line(&input) {
                 prop_assert!(is_4xx(&e), "{}", e);
             }
         }

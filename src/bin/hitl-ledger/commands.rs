@@ -466,44 +466,6 @@ fn verify_export(f: Format, file: &Path, key: &str) -> Result<Outcome> {
     })
 }
 
-/// Parses one `append` line into an operation.
-///
-/// # Errors
-/// The line's validation error.
-pub fn op_from_line(line: &[u8]) -> Result<Op> {
-    let mut map = parse_body(line)?;
-    let kind = match map.remove("kind") {
-        Some(Value::String(k)) => k,
-        Some(_) => {
-            return Err(Error::new(
-                ErrorCode::InvalidRequest,
-                "\"kind\" must be a string",
-            ));
-        }
-        None => {
-            return Err(Error::new(
-                ErrorCode::MissingField,
-                "missing field \"kind\"",
-            ));
-        }
-    };
-    let request_id = if kind == "interrupt" {
-        None
-    } else {
-        match map.remove("request_id") {
-            Some(Value::String(r)) => Some(r),
-            Some(_) => {
-                return Err(Error::new(
-                    ErrorCode::InvalidRequest,
-                    "\"request_id\" must be a string",
-                ));
-            }
-            None => None,
-        }
-    };
-    Op::from_body(&kind, request_id, map)
-}
-
 fn append(dir: &Path, file: &str, batch: usize) -> Result<Outcome> {
     let ledger = Ledger::open(dir)?;
     append_lines(&ledger, file, batch.clamp(1, 100_000), &local_admin())
@@ -547,7 +509,7 @@ fn append_lines(ledger: &Ledger, file: &str, batch: usize, actor: &Actor) -> Res
         if trimmed.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        pending.push(op_from_line(trimmed));
+        pending.push(Op::from_line(trimmed));
         if pending.len() >= batch {
             flush(&mut pending, &mut failed);
         }
