@@ -2,9 +2,17 @@
 //! are gathered into batches; each batch is one atomic write with one WAL sync, and every
 //! caller is answered only after its batch is durable. A full queue is refused at once
 //! (`overloaded`), never buffered without bound.
+//!
+//! When nothing is queued and no batch is being committed, a caller may commit its operation
+//! itself ([`Committer::try_inline`]): a batch of one, on the caller's thread, with the same
+//! execution lock the writer thread takes, so batches stay strictly one after the other. A
+//! single sequential client then pays the sync and its round trip, not two thread hand-offs
+//! (docs/performance.md); as soon as anything waits in the queue, every caller goes through it
+//! and the group commit gathers them.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,6 +55,16 @@ pub struct Committer {
     tx: Option<SyncSender<Job>>,
     handle: Option<JoinHandle<()>>,
     ledger: Arc<Ledger>,
+    shared: Arc<Shared>,
+}
+
+/// What the writer thread and inline callers share.
+#[derive(Default)]
+struct Shared {
+    /// Held while a batch is executed, by the writer thread or an inline caller.
+    executing: Mutex<()>,
+    /// Jobs sent and not yet taken by the writer thread.
+    queued: AtomicUsize,
 }
 
 impl std::fmt::Debug for Committer {
@@ -60,15 +78,37 @@ impl Committer {
     pub fn start(ledger: Arc<Ledger>, config: CommitConfig) -> Committer {
         let (tx, rx) = sync_channel::<Job>(config.queue_capacity.max(1));
         let l = Arc::clone(&ledger);
+        let shared = Arc::new(Shared::default());
+        let s = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name("hitl-ledger-writer".into())
-            .spawn(move || writer_loop(&l, &rx, config))
+            .spawn(move || writer_loop(&l, &rx, &s, config))
             .expect("spawning the writer thread");
         Committer {
             tx: Some(tx),
             handle: Some(handle),
             ledger,
+            shared,
         }
+    }
+
+    /// Commits the operation in `job` as a batch of one on the calling thread when the writer
+    /// is idle (nothing queued, no batch executing), taking it out of `job` and returning its
+    /// result, exactly as the writer thread would have answered. Otherwise returns `None` and
+    /// leaves `job` untouched, for [`Committer::submit`]; nothing was written then. The call
+    /// blocks for the commit (the sync included): an async caller runs it where blocking is
+    /// allowed.
+    pub fn try_inline(&self, job: &mut Option<(Op, Actor)>) -> Option<Result<Outcome>> {
+        if self.tx.is_none() || self.shared.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let _executing = self.shared.executing.try_lock().ok()?;
+        let op = job.take()?;
+        Some(
+            self.ledger.execute(vec![op]).pop().unwrap_or_else(|| {
+                Err(Error::new(ErrorCode::Internal, "the batch gave no result"))
+            }),
+        )
     }
 
     /// Queues an operation; `reply` is called once its batch is durable.
@@ -83,7 +123,12 @@ impl Committer {
                 "the ledger is shutting down",
             ));
         };
-        match tx.try_send(Job { op, actor, reply }) {
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        let sent = tx.try_send(Job { op, actor, reply });
+        if sent.is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        match sent {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 self.ledger.metrics().record_overload();
@@ -104,6 +149,13 @@ impl Committer {
     /// # Errors
     /// As [`Committer::submit`], or the operation's error.
     pub fn run(&self, op: Op, actor: Actor) -> Result<Outcome> {
+        let mut job = Some((op, actor));
+        if let Some(result) = self.try_inline(&mut job) {
+            return result;
+        }
+        let Some((op, actor)) = job else {
+            return Err(Error::new(ErrorCode::Internal, "the operation was lost"));
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         self.submit(
             op,
@@ -136,20 +188,24 @@ impl Drop for Committer {
     }
 }
 
-fn writer_loop(ledger: &Ledger, rx: &Receiver<Job>, config: CommitConfig) {
+fn writer_loop(ledger: &Ledger, rx: &Receiver<Job>, shared: &Shared, config: CommitConfig) {
+    let take = |j: Job| {
+        shared.queued.fetch_sub(1, Ordering::AcqRel);
+        j
+    };
     while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
+        let mut jobs = vec![take(first)];
         let deadline = Instant::now() + config.max_batch_delay;
         while jobs.len() < config.max_batch {
             match rx.try_recv() {
-                Ok(j) => jobs.push(j),
+                Ok(j) => jobs.push(take(j)),
                 Err(_) => {
                     let now = Instant::now();
                     if now >= deadline {
                         break;
                     }
                     match rx.recv_timeout(deadline - now) {
-                        Ok(j) => jobs.push(j),
+                        Ok(j) => jobs.push(take(j)),
                         Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                             break;
                         }
@@ -159,9 +215,78 @@ fn writer_loop(ledger: &Ledger, rx: &Receiver<Job>, config: CommitConfig) {
         }
         let (ops, replies): (Vec<_>, Vec<_>) =
             jobs.into_iter().map(|j| ((j.op, j.actor), j.reply)).unzip();
-        let results = ledger.execute(ops);
+        let results = {
+            // A poisoned lock only means an inline caller panicked; the ledger's own state is
+            // guarded by the engine's transaction, so the writer goes on.
+            let _executing = shared
+                .executing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ledger.execute(ops)
+        };
         for (reply, r) in replies.into_iter().zip(results) {
             reply(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{CommitConfig, Committer};
+    use crate::clock::{ManualClock, Timestamp};
+    use crate::format::record::Actor;
+    use crate::ledger::{Identity, Ledger, Op};
+    use crate::model::policy::Policy;
+    use crate::storage::memory::MemoryEngine;
+
+    fn interrupt(rid: &str) -> Op {
+        let line = format!(
+            r#"{{"kind":"interrupt","request_id":"{rid}","thread_id":"t","interrupt_id":"i-{rid}","action":{{"tool":"refund","args":{{"amount":1}}}}}}"#
+        );
+        Op::from_line(line.as_bytes()).expect("a valid interrupt line")
+    }
+
+    fn committer() -> Committer {
+        let clock = ManualClock::new(Timestamp::parse("2026-01-01T00:00:00.000000Z").unwrap());
+        let id = Identity::generate("example.com/c", Policy::default(), Arc::new(clock)).unwrap();
+        let ledger = Ledger::on_engine(Box::new(MemoryEngine::new()), id).unwrap();
+        Committer::start(Arc::new(ledger), CommitConfig::default())
+    }
+
+    /// An idle writer lets the caller commit; a batch executing or a job queued sends the
+    /// caller to the queue with its operation untouched and nothing written, so two batches
+    /// never run at once and a queued job is never overtaken.
+    #[test]
+    fn inline_only_when_nothing_executes_or_waits() {
+        let c = committer();
+        let job = |rid: &str| Some((interrupt(rid), Actor::system()));
+        let mut first = job("r-1");
+        let done = c.try_inline(&mut first);
+        assert!(matches!(done, Some(Ok(_))), "an idle writer commits inline");
+        assert!(first.is_none(), "the committed operation is taken");
+        assert_eq!(c.ledger().head().unwrap().size, 1);
+
+        let executing = c.shared.executing.lock().unwrap();
+        let mut second = job("r-2");
+        assert!(
+            c.try_inline(&mut second).is_none(),
+            "committed inline while a batch was executing"
+        );
+        assert_eq!(second, job("r-2"), "the operation stays untouched");
+        drop(executing);
+        assert_eq!(c.ledger().head().unwrap().size, 1, "nothing was written");
+
+        let queued = &c.shared.queued;
+        queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let mut third = job("r-3");
+        assert!(
+            c.try_inline(&mut third).is_none(),
+            "committed inline past a queued job"
+        );
+        queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        assert_eq!(c.ledger().head().unwrap().size, 1);
+        assert!(matches!(c.try_inline(&mut third), Some(Ok(_))));
     }
 }

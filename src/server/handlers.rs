@@ -55,13 +55,19 @@ pub(super) async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Res
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
     let response = route(&st, req).await;
-    tracing::info!(
-        method = %method,
-        path = %path,
-        status = response.status().as_u16(),
-        micros = started.elapsed().as_micros() as u64,
-        "request"
-    );
+    // One line per request costs more than the request on the fast path (it was the top symbol
+    // of a profile under load, docs/performance.md): answers that went wrong are logged at
+    // `info` (`warn` for the ledger's own failures), the rest only with `RUST_LOG=debug`.
+    let status = response.status();
+    let micros = started.elapsed().as_micros() as u64;
+    let status_code = status.as_u16();
+    if status.is_server_error() {
+        tracing::warn!(method = %method, path = %path, status = status_code, micros, "request");
+    } else if status.is_client_error() {
+        tracing::info!(method = %method, path = %path, status = status_code, micros, "request");
+    } else {
+        tracing::debug!(method = %method, path = %path, status = status_code, micros, "request");
+    }
     response
 }
 
@@ -197,6 +203,22 @@ async fn refuse_write(
 }
 
 async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
+    // An idle writer: commit here (blocking this worker for the sync, which the multi-thread
+    // runtime allows), no hand-off to the writer thread and back.
+    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    let mut job = Some((op, actor));
+    if multi_thread
+        && let Some(outcome) = tokio::task::block_in_place(|| st.committer.try_inline(&mut job))
+    {
+        if outcome.is_ok() {
+            st.committed();
+        }
+        return outcome;
+    }
+    let Some((op, actor)) = job else {
+        return Err(Error::new(ErrorCode::Internal, "the operation was lost"));
+    };
     let (tx, rx) = tokio::sync::oneshot::channel();
     st.committer.submit(
         op,
