@@ -32,12 +32,38 @@ impl std::fmt::Debug for RocksEngine {
     }
 }
 
-fn options() -> Options {
+/// Memory the database may hold, whatever the ledger's size (docs/performance.md, "Memory").
+/// RocksDB's defaults give each of the 14 column families its own 64 MiB write buffers (two of
+/// them) and keep every table file's index in memory, so resident memory grew with the ledger
+/// and with the number of keyspaces; these bound it.
+mod budget {
+    /// All memtables of the database together; past it the largest is flushed.
+    pub const WRITE_BUFFERS: usize = 64 << 20;
+    /// One memtable of the records column family (the leaves, most of the bytes).
+    pub const RECORDS_BUFFER: usize = 32 << 20;
+    /// One memtable of any derived keyspace.
+    pub const INDEX_BUFFER: usize = 8 << 20;
+    /// The block cache, shared by every column family, holding index and filter blocks too.
+    pub const BLOCK_CACHE: usize = 32 << 20;
+}
+
+fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache) -> Options {
     let mut o = Options::default();
     o.create_if_missing(true);
     o.create_missing_column_families(true);
     o.set_compression_type(rocksdb::DBCompressionType::None);
     o.set_paranoid_checks(true);
+    o.set_db_write_buffer_size(budget::WRITE_BUFFERS);
+    o.set_write_buffer_size(match ks {
+        Some(Keyspace::Records) | None => budget::RECORDS_BUFFER,
+        Some(_) => budget::INDEX_BUFFER,
+    });
+    o.set_max_write_buffer_number(2);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    o.set_block_based_table_factory(&table);
     o
 }
 
@@ -58,10 +84,11 @@ impl RocksEngine {
                 "there is no RocksDB database in the data directory",
             ));
         }
+        let cache = rocksdb::Cache::new_lru_cache(budget::BLOCK_CACHE);
         let cfs = Keyspace::ALL
             .iter()
-            .map(|ks| ColumnFamilyDescriptor::new(ks.name(), options()));
-        let db = DB::open_cf_descriptors(&options(), path, cfs)
+            .map(|&ks| ColumnFamilyDescriptor::new(ks.name(), options(Some(ks), &cache)));
+        let db = DB::open_cf_descriptors(&options(None, &cache), path, cfs)
             .map_err(engine_err("opening the database"))?;
         Ok(RocksEngine {
             db,

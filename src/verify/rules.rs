@@ -6,8 +6,60 @@
 
 use std::collections::HashMap;
 
+use sha2::{Digest as _, Sha256};
+
 use crate::format::merkle::Hash;
 use crate::format::record::{Kind, Record, parse_hex_hash};
+
+/// A request or ticket id as the replay keeps it: SHA-256 of a domain tag and the id. `verify`
+/// replays the whole ledger with one entry per request, ticket and record naming a request, so
+/// the entries are fixed-size (no heap allocation per id; docs/performance.md, "Memory"), and
+/// two ids share a key only through a SHA-256 collision. Messages quote the ids of the record
+/// being judged, never a key.
+type Key = [u8; 32];
+
+fn key(domain: &[u8], id: &str) -> Key {
+    let mut h = Sha256::new();
+    h.update(domain);
+    h.update([0u8]);
+    h.update(id.as_bytes());
+    h.finalize().into()
+}
+
+fn request_key(rid: &str) -> Key {
+    key(b"request", rid)
+}
+
+fn ticket_key(ticket: &str) -> Key {
+    key(b"ticket", ticket)
+}
+
+/// An action digest as kept for rule 6b: the 32 bytes of a `sha256:` or `hmac-sha256:` digest in
+/// its canonical lowercase-hex form, any other string as it is. The mapping is one to one
+/// (only canonical strings are packed), so two digests are equal exactly when their strings are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DigestKey {
+    Sha256(Hash),
+    HmacSha256(Hash),
+    Other(Box<str>),
+}
+
+impl DigestKey {
+    fn of(s: &str) -> DigestKey {
+        let packed = |hex: &str| {
+            let lower =
+                hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            lower.then(|| parse_hex_hash(hex)).flatten()
+        };
+        if let Some(h) = s.strip_prefix("sha256:").and_then(packed) {
+            DigestKey::Sha256(h)
+        } else if let Some(h) = s.strip_prefix("hmac-sha256:").and_then(packed) {
+            DigestKey::HmacSha256(h)
+        } else {
+            DigestKey::Other(s.into())
+        }
+    }
+}
 
 /// How a request was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +76,7 @@ struct RequestRules {
     /// The review deadline, µs.
     deadline: i64,
     /// The digest the interrupt bound.
-    digest: String,
+    digest: DigestKey,
     closed: Option<Closed>,
     revoked: bool,
 }
@@ -39,7 +91,7 @@ enum Issuer {
 
 #[derive(Debug)]
 struct TicketRules {
-    request: String,
+    request: Key,
     issuer: Issuer,
     /// The approval's `expires_at`, µs (approvals only).
     expires_at: Option<i64>,
@@ -50,9 +102,10 @@ struct TicketRules {
 /// that names one (for `follows`).
 #[derive(Debug, Default)]
 pub struct RuleReplay {
-    requests: HashMap<String, RequestRules>,
-    tickets: HashMap<String, TicketRules>,
-    records: HashMap<Hash, String>,
+    requests: HashMap<Key, RequestRules>,
+    tickets: HashMap<Key, TicketRules>,
+    /// The request of every record that names one, by leaf hash.
+    records: HashMap<Hash, Key>,
 }
 
 fn micros(r: &Record, field: &str) -> Option<i64> {
@@ -70,34 +123,35 @@ impl RuleReplay {
     /// record is judged against what the rules allowed.
     pub fn step(&mut self, r: &Record, leaf_hash: &Hash) -> Option<String> {
         let rid = r.request_id.as_deref()?;
-        let verdict = self.judge(r, rid);
+        let rkey = request_key(rid);
+        let verdict = self.judge(r, rid, rkey);
         if verdict.is_none() {
-            self.records.insert(*leaf_hash, rid.to_string());
+            self.records.insert(*leaf_hash, rkey);
         }
         verdict
     }
 
-    fn judge(&mut self, r: &Record, rid: &str) -> Option<String> {
+    fn judge(&mut self, r: &Record, rid: &str, rkey: Key) -> Option<String> {
         let ts = r.ts.micros();
         if r.kind == Kind::Interrupt {
-            if self.requests.contains_key(rid) {
+            if self.requests.contains_key(&rkey) {
                 return Some(format!(
                     "rule 1: a second interrupt of request {q_rid}",
                     q_rid = crate::codec::quoted(rid)
                 ));
             }
             self.requests.insert(
-                rid.to_string(),
+                rkey,
                 RequestRules {
                     deadline: micros(r, "expires_at").unwrap_or(i64::MIN),
-                    digest: r.body_str("action_digest").unwrap_or_default().to_string(),
+                    digest: DigestKey::of(r.body_str("action_digest").unwrap_or_default()),
                     closed: None,
                     revoked: false,
                 },
             );
             return None;
         }
-        let Some(req) = self.requests.get(rid) else {
+        let Some(req) = self.requests.get(&rkey) else {
             return Some(format!(
                 "rule 2: a {} of request {q_rid}, which has no interrupt before it",
                 r.kind.as_str(),
@@ -119,11 +173,12 @@ impl RuleReplay {
                         q_rid = crate::codec::quoted(rid)
                     ));
                 }
-                let ticket = r.body_str("ticket_id").unwrap_or_default().to_string();
-                if self.tickets.contains_key(&ticket) {
+                let ticket = r.body_str("ticket_id").unwrap_or_default();
+                let tkey = ticket_key(ticket);
+                if self.tickets.contains_key(&tkey) {
                     return Some(format!(
                         "rule 3: ticket {q_ticket} is issued a second time",
-                        q_ticket = crate::codec::quoted(&ticket)
+                        q_ticket = crate::codec::quoted(ticket)
                     ));
                 }
                 let issuer = match (r.kind, r.body_str("decision")) {
@@ -132,9 +187,9 @@ impl RuleReplay {
                     _ => Issuer::Edit,
                 };
                 self.tickets.insert(
-                    ticket,
+                    tkey,
                     TicketRules {
-                        request: rid.to_string(),
+                        request: rkey,
                         issuer,
                         expires_at: (issuer == Issuer::Approve)
                             .then(|| micros(r, "expires_at"))
@@ -147,7 +202,7 @@ impl RuleReplay {
                     Issuer::Edit => Closed::Edited,
                     Issuer::Reject => Closed::Rejected,
                 };
-                self.close(rid, closed, false);
+                self.close(rkey, closed, false);
                 None
             }
             Kind::Timeout => {
@@ -170,7 +225,7 @@ impl RuleReplay {
                         q_rid = crate::codec::quoted(rid)
                     ));
                 }
-                self.close(rid, Closed::TimedOut, false);
+                self.close(rkey, Closed::TimedOut, false);
                 None
             }
             Kind::Revocation => match (req.closed, req.revoked) {
@@ -179,11 +234,11 @@ impl RuleReplay {
                     q_rid = crate::codec::quoted(rid)
                 )),
                 (None, _) => {
-                    self.close(rid, Closed::RevokedOpen, true);
+                    self.close(rkey, Closed::RevokedOpen, true);
                     None
                 }
                 (Some(Closed::Approved), false) => {
-                    self.close(rid, Closed::Approved, true);
+                    self.close(rkey, Closed::Approved, true);
                     None
                 }
                 (Some(c), revoked) => Some(format!(
@@ -196,11 +251,11 @@ impl RuleReplay {
                     q_rid = crate::codec::quoted(rid)
                 )),
             },
-            Kind::Authorization => self.grant(r, rid, ts),
+            Kind::Authorization => self.grant(r, rid, rkey, ts),
             Kind::FollowUp => {
                 let follows = r.body_str("follows").and_then(parse_hex_hash);
                 match follows.and_then(|h| self.records.get(&h)) {
-                    Some(owner) if owner == rid => None,
+                    Some(owner) if *owner == rkey => None,
                     _ => Some(format!(
                         "rule 7: a follow-up of request {q_rid} that follows a record of another request",
                         q_rid = crate::codec::quoted(rid)
@@ -213,18 +268,19 @@ impl RuleReplay {
 
     /// Rule 6: a real grant (`granted: true`, `would_deny: null`) consumes an unexpired,
     /// unrevoked approval of its own request for exactly the approved action, once.
-    fn grant(&mut self, r: &Record, rid: &str, ts: i64) -> Option<String> {
+    fn grant(&mut self, r: &Record, rid: &str, rkey: Key, ts: i64) -> Option<String> {
         let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
         let observed = r.body.get("would_deny").is_some_and(|v| !v.is_null());
         if !granted || observed {
             return None;
         }
-        let req = self.requests.get(rid)?;
+        let req = self.requests.get(&rkey)?;
         let ticket_id = r.body_str("ticket_id").unwrap_or_default();
+        let tkey = ticket_key(ticket_id);
         let ticket = self
             .tickets
-            .get(ticket_id)
-            .filter(|t| t.request == rid && t.issuer == Issuer::Approve);
+            .get(&tkey)
+            .filter(|t| t.request == rkey && t.issuer == Issuer::Approve);
         let Some(ticket) = ticket else {
             return Some(format!(
                 "rule 6a: a grant of ticket {q_ticket_id}, which no approval of request {q_rid} issued",
@@ -232,7 +288,7 @@ impl RuleReplay {
                 q_rid = crate::codec::quoted(rid)
             ));
         };
-        if r.body_str("action_digest") != Some(req.digest.as_str()) {
+        if r.body_str("action_digest").map(DigestKey::of).as_ref() != Some(&req.digest) {
             return Some(format!(
                 "rule 6b: a grant in request {q_rid} whose digest is not the approved one",
                 q_rid = crate::codec::quoted(rid)
@@ -257,14 +313,14 @@ impl RuleReplay {
                 q_ticket_id = crate::codec::quoted(ticket_id)
             ));
         }
-        if let Some(t) = self.tickets.get_mut(ticket_id) {
+        if let Some(t) = self.tickets.get_mut(&tkey) {
             t.used = true;
         }
         None
     }
 
-    fn close(&mut self, rid: &str, closed: Closed, revoked: bool) {
-        if let Some(q) = self.requests.get_mut(rid) {
+    fn close(&mut self, rkey: Key, closed: Closed, revoked: bool) {
+        if let Some(q) = self.requests.get_mut(&rkey) {
             q.closed = Some(closed);
             q.revoked |= revoked;
         }
@@ -278,5 +334,42 @@ fn closed_name(c: Closed) -> &'static str {
         Closed::Rejected => "rejected",
         Closed::TimedOut => "timed out",
         Closed::RevokedOpen => "revoked while open",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DigestKey;
+
+    /// Rule 6b compares packed digests: they must be equal exactly when the strings are, or a
+    /// grant for a digest spelled differently (upper case, another prefix) would pass.
+    #[test]
+    fn digest_keys_are_equal_exactly_when_the_strings_are() {
+        let lower = format!("sha256:{}", "ab".repeat(32));
+        let upper = format!("sha256:{}", "AB".repeat(32));
+        let mixed = format!("sha256:{}{}", "Ab", "ab".repeat(31));
+        let hmac = format!("hmac-sha256:{}", "ab".repeat(32));
+        let short = format!("sha256:{}", "ab".repeat(31));
+        let spaced = format!(" sha256:{}", "ab".repeat(32));
+        let all = [
+            &lower,
+            &upper,
+            &mixed,
+            &hmac,
+            &short,
+            &spaced,
+            &String::new(),
+        ];
+        for a in all {
+            for b in all {
+                assert_eq!(
+                    DigestKey::of(a) == DigestKey::of(b),
+                    a == b,
+                    "{a:?} against {b:?}"
+                );
+            }
+        }
+        assert!(matches!(DigestKey::of(&lower), DigestKey::Sha256(_)));
+        assert!(matches!(DigestKey::of(&hmac), DigestKey::HmacSha256(_)));
     }
 }
