@@ -105,7 +105,7 @@ fn by_size(r: &Results, buf: &mut [u8]) -> BoxResult<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "Throughput against ledger size ({} mode, {} build)",
+                "Throughput against ledger size ({} mode, {})",
                 r.mode, r.profile
             ),
             (FONT, 24),
@@ -220,7 +220,7 @@ fn by_clients(r: &Results, buf: &mut [u8]) -> BoxResult<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "HTTP answers per second against concurrent clients ({} mode, {} build)",
+                "HTTP answers per second against concurrent clients ({} mode, {})",
                 r.mode, r.profile
             ),
             (FONT, 24),

@@ -414,11 +414,7 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         date,
         git_commit,
         git_dirty,
-        profile: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        profile: build_profile(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
         http_method: format!(
@@ -637,4 +633,14 @@ mod tests {
         assert!(Plan::full().export_at.contains(&1_000_000));
         assert!(Plan::full().export_at.contains(&10_000));
     }
+}
+
+/// How this program (and the `hitl-ledger` beside it) was built: the optimization level of
+/// this crate (`build.rs`) and whether debug assertions are on.
+fn build_profile() -> String {
+    format!(
+        "opt-level {}, debug assertions {}",
+        env!("HITL_LEDGER_OPT_LEVEL"),
+        if cfg!(debug_assertions) { "on" } else { "off" }
+    )
 }

@@ -147,8 +147,8 @@ pub struct Results {
     pub git_commit: Option<String>,
     /// Whether the working tree had changes.
     pub git_dirty: Option<bool>,
-    /// The profile this program was built with.
-    pub profile: &'static str,
+    /// How this program was built (`opt-level N, debug assertions on|off`).
+    pub profile: String,
     /// The command line.
     pub command: String,
     /// The machine.
@@ -474,7 +474,7 @@ pub fn markdown(r: &Results) -> String {
     let _ = writeln!(s, "# hitl-ledger-bench ({} mode)\n", r.mode);
     let _ = writeln!(
         s,
-        "{} · commit {}{} · {} cores, {} · Linux {} · {} MiB RAM · work directory on {} · {} build · {:.0} s\n",
+        "{} · commit {}{} · {} cores, {} · Linux {} · {} MiB RAM · work directory on {} · built with {} · {:.0} s\n",
         r.date,
         r.git_commit.as_deref().unwrap_or("unknown"),
         if r.git_dirty == Some(true) {
