@@ -605,6 +605,16 @@ fn run_proofs(exe: &Path, dir: &Path, count: usize) -> BoxResult<ProofsRun> {
     })
 }
 
+/// How this program (and the `hitl-ledger` beside it) was built: the optimization level of
+/// this crate (`build.rs`) and whether debug assertions are on.
+fn build_profile() -> String {
+    format!(
+        "opt-level {}, debug assertions {}",
+        env!("HITL_LEDGER_OPT_LEVEL"),
+        if cfg!(debug_assertions) { "on" } else { "off" }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,14 +643,4 @@ mod tests {
         assert!(Plan::full().export_at.contains(&1_000_000));
         assert!(Plan::full().export_at.contains(&10_000));
     }
-}
-
-/// How this program (and the `hitl-ledger` beside it) was built: the optimization level of
-/// this crate (`build.rs`) and whether debug assertions are on.
-fn build_profile() -> String {
-    format!(
-        "opt-level {}, debug assertions {}",
-        env!("HITL_LEDGER_OPT_LEVEL"),
-        if cfg!(debug_assertions) { "on" } else { "off" }
-    )
 }
