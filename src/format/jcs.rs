@@ -221,7 +221,7 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
 pub fn write(value: &Value, out: &mut Vec<u8>) {
     enum Frame<'a> {
         Array(std::slice::Iter<'a, Value>, bool),
-        Object(std::vec::IntoIter<(&'a String, &'a Value)>, bool),
+        Object(Members<'a>, bool),
     }
 
     let mut stack: Vec<Frame<'_>> = Vec::new();
@@ -240,9 +240,18 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
                 }
                 Value::Object(map) => {
                     out.push(b'{');
-                    let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                    members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-                    stack.push(Frame::Object(members.into_iter(), true));
+                    let keys = || map.keys().map(String::as_str);
+                    let members = if keys()
+                        .zip(keys().skip(1))
+                        .all(|(a, b)| key_order(a, b).is_lt())
+                    {
+                        Members::InOrder(map.iter())
+                    } else {
+                        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                        members.sort_by(|a, b| key_order(a.0, b.0));
+                        Members::Sorted(members.into_iter())
+                    };
+                    stack.push(Frame::Object(members, true));
                 }
             }
         }
@@ -279,6 +288,36 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
                 }
             },
         }
+    }
+}
+
+/// An object's members in RFC 8785 order: as the map holds them when that is already the order
+/// (the common case: no allocation, no sort), else sorted.
+enum Members<'a> {
+    InOrder(serde_json::map::Iter<'a>),
+    Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a String, &'a Value);
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Members::InOrder(i) => i.next(),
+            Members::Sorted(i) => i.next(),
+        }
+    }
+}
+
+/// RFC 8785's member order: by UTF-16 code units. For two keys whose characters are all below
+/// U+E000 (no UTF-8 byte of 0xEE or above) that is their byte order, since below U+E000 UTF-8
+/// byte order, code point order and UTF-16 order agree; they part only where a character of
+/// U+10000 or above (two surrogates, 0xD800..) meets one of U+E000..U+FFFF.
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let low = |s: &str| s.bytes().all(|c| c < 0xEE);
+    if low(a) && low(b) {
+        a.as_bytes().cmp(b.as_bytes())
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
     }
 }
 

@@ -33,8 +33,8 @@ pub fn record<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash)> {
             format!("an index names record {seq}, which is missing"),
         )
     })?;
-    let r = Record::from_leaf(&leaf)
-        .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
+    let r =
+        Record::read(&leaf).map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
     Ok((r, merkle::leaf_hash(&leaf)))
 }
 

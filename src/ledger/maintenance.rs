@@ -74,7 +74,7 @@ impl Ledger {
                 let mut view = View::new(&*txn);
                 for item in records.by_ref().take(CHUNK as usize) {
                     let (_, leaf) = item?;
-                    let r = Record::from_leaf(&leaf)
+                    let r = Record::read(&leaf)
                         .map_err(|e| Error::corrupt_at(n, format!("record {n}: {e}")))?;
                     index::apply(&mut view, n, &merkle::leaf_hash(&leaf), &r)?;
                     n += 1;

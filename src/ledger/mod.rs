@@ -416,7 +416,7 @@ impl Ledger {
                     },
                 );
             }
-            let ts = Record::from_leaf(&leaf)
+            let ts = Record::read(&leaf)
                 .map_err(|e| Error::corrupt_at(last, format!("record {last}: {e}")))?
                 .ts;
             if ts.micros() != head.last_ts {

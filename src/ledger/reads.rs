@@ -182,7 +182,7 @@ impl Ledger {
             let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
                 Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
             })?;
-            let r = Record::from_leaf(&leaf)
+            let r = Record::read(&leaf)
                 .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
             bytes += leaf.len();
             out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));

@@ -122,7 +122,7 @@ impl Batch<'_, '_, '_> {
         let leaf = record.leaf()?;
         // The ledger never writes a leaf that it could not read back itself: whatever a body
         // held, the stored bytes must parse, be canonical and carry a complete envelope.
-        if let Err(e) = Record::from_leaf(&leaf) {
+        if let Err(e) = Record::read(&leaf) {
             return Err(Error::new(
                 ErrorCode::Internal,
                 format!(

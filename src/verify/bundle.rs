@@ -138,7 +138,7 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
                     format!("records[{i}].leaf is not base64"),
                 )
             })?;
-        let r = Record::from_leaf(&leaf)
+        let r = Record::read(&leaf)
             .map_err(|le| at(leaf_problem(&le), format!("records[{i}]: {le}")))?;
         if report.first_ts.is_none() {
             report.first_ts = Some(r.ts.to_string());

@@ -10,7 +10,6 @@ use crate::codec::read_be;
 use crate::format::merkle::{self, Frontier, Hash};
 use crate::format::note::{self, Checkpoint, NoteVerifier};
 use crate::format::record::{LeafError, Record, ZERO_HASH, hex_hash};
-use crate::format::{jcs, jcs_check};
 
 /// A parsed checkpoint to be checked against the records.
 #[derive(Debug, Clone)]
@@ -52,27 +51,13 @@ pub type ReadEntry = (Option<u64>, Hash, Result<Record, LeafError>);
 
 /// Reads one entry: its key's seq, the leaf hash (over the stored bytes, not copied) and the
 /// record, with exactly the answer of [`Record::from_leaf`]. A leaf that is already canonical
-/// (checked by [`jcs_check::is_canonical`], which builds no value tree) is parsed once and
-/// never re-serialized; any other goes through [`Record::from_leaf`] for its error.
+/// is read by [`Record::read`], which never re-serializes a canonical leaf.
 pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
     (
         read_be(key).filter(|_| key.len() == 8),
         merkle::leaf_hash(leaf),
-        read_leaf(leaf),
+        Record::read(leaf),
     )
-}
-
-/// [`Record::from_leaf`], without re-serializing a leaf that is canonical.
-pub fn read_leaf(leaf: &[u8]) -> Result<Record, LeafError> {
-    if !jcs_check::is_canonical(leaf) {
-        return Record::from_leaf(leaf);
-    }
-    match jcs::parse(leaf, jcs::ParseOptions::default()) {
-        Ok(value) => Record::from_value(&value),
-        // Unreachable while the check and the parser agree (their property tests): the
-        // reference answer, so a disagreement can only cost time, never change a verdict.
-        Err(_) => Record::from_leaf(leaf),
-    }
 }
 
 impl ChainCheck {
@@ -365,6 +350,7 @@ impl ChainCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::jcs;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -388,8 +374,8 @@ mod tests {
     #[test]
     fn a_record_leaf_reads_as_from_leaf_does() {
         let l = leaf();
-        assert!(read_leaf(&l).is_ok());
-        assert_eq!(read_leaf(&l), Record::from_leaf(&l));
+        assert!(Record::read(&l).is_ok());
+        assert_eq!(Record::read(&l), Record::from_leaf(&l));
     }
 
     proptest! {
@@ -408,7 +394,7 @@ mod tests {
                 1 => l.insert(i, byte),
                 _ => { l.remove(i); }
             }
-            prop_assert_eq!(read_leaf(&l), Record::from_leaf(&l));
+            prop_assert_eq!(Record::read(&l), Record::from_leaf(&l));
         }
     }
 }

@@ -14,7 +14,7 @@ pub mod rules;
 pub mod trusted;
 
 pub use bundle::{BundleReport, verify_bundle};
-pub use chain::{ChainCheck, Checked, ReadEntry, read_entry, read_leaf};
+pub use chain::{ChainCheck, Checked, ReadEntry, read_entry};
 pub use index_cmp::compare_index;
 pub use trusted::check_trusted;
 
