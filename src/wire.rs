@@ -19,8 +19,41 @@ impl Appended {
     /// fields (a decision's ticket and expiry, an edit's new request, an authorization's
     /// verdict).
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
+        let mut m = self.fields();
         m.insert("record".into(), self.record.to_value());
+        Value::Object(m)
+    }
+
+    /// [`Appended::to_json`] as compact JSON text, with the stored leaf bytes spliced in as
+    /// `record` (the record's canonical JSON, not rebuilt through a value tree: the answer's
+    /// cost on the append path). Members in byte order of their names; the same JSON value as
+    /// `to_json` (a test holds them equal for every kind of answer).
+    pub fn to_json_text(&self) -> String {
+        let fields = self.fields();
+        let mut names: Vec<&str> = fields.keys().map(String::as_str).collect();
+        names.push("record");
+        names.sort_unstable();
+        let mut out = String::with_capacity(self.leaf.len() + 64 * names.len());
+        out.push('{');
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::from(*name).to_string());
+            out.push(':');
+            match fields.get(*name) {
+                Some(v) => out.push_str(&v.to_string()),
+                // A stored leaf is canonical JSON, so UTF-8; `Record::read` checked it.
+                None => out.push_str(&String::from_utf8_lossy(&self.leaf)),
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    /// Every member of the answer but `record`.
+    fn fields(&self) -> Map<String, Value> {
+        let mut m = Map::new();
         m.insert("leaf_hash".into(), json!(hex_hash(&self.leaf_hash)));
         m.insert("seq".into(), json!(self.seq));
         m.insert("duplicate".into(), json!(self.duplicate));
@@ -51,7 +84,7 @@ impl Appended {
                 m.insert("idempotency_key".into(), json!(g.idempotency_key));
             }
         }
-        Value::Object(m)
+        m
     }
 }
 
@@ -61,6 +94,14 @@ impl Outcome {
         match self {
             Outcome::Appended(a) => a.to_json(),
             Outcome::Swept(v) => timeouts(v),
+        }
+    }
+
+    /// [`Outcome::to_json`] as compact JSON text (a record's answer with its leaf spliced in).
+    pub fn to_json_text(&self) -> String {
+        match self {
+            Outcome::Appended(a) => a.to_json_text(),
+            Outcome::Swept(v) => timeouts(v).to_string(),
         }
     }
 }

@@ -27,6 +27,14 @@ pub fn leaf<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<Option<Vec<u8>>> {
 /// # Errors
 /// `corrupt_store`; storage errors.
 pub fn record<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash)> {
+    record_and_leaf(l, seq).map(|(r, h, _)| (r, h))
+}
+
+/// [`record`], with the stored leaf bytes.
+///
+/// # Errors
+/// As [`record`].
+pub fn record_and_leaf<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash, Vec<u8>)> {
     let leaf = leaf(l, seq)?.ok_or_else(|| {
         Error::corrupt_at(
             seq,
@@ -35,7 +43,8 @@ pub fn record<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, Hash)> {
     })?;
     let r =
         Record::read(&leaf).map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
-    Ok((r, merkle::leaf_hash(&leaf)))
+    let hash = merkle::leaf_hash(&leaf);
+    Ok((r, hash, leaf))
 }
 
 /// The seq of the request's interrupt.

@@ -88,6 +88,9 @@ pub enum Extra {
 pub struct Appended {
     /// The record.
     pub record: Record,
+    /// Its stored leaf: the record's canonical bytes, which answers splice in as they are
+    /// instead of rebuilding the record as JSON (`wire`, `Appended::to_json_text`).
+    pub leaf: std::sync::Arc<[u8]>,
     /// Its leaf hash.
     pub leaf_hash: Hash,
     /// Its seq.

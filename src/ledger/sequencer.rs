@@ -132,12 +132,14 @@ impl Batch<'_, '_, '_> {
             ));
         }
         let hash = merkle::leaf_hash(&leaf);
+        let stored: std::sync::Arc<[u8]> = leaf.as_slice().into();
         index::put_leaf(self.view, record.seq, leaf);
         index::apply(self.view, record.seq, &hash, &record)?;
         self.appended += 1;
         Ok(Appended {
             seq: record.seq,
             record,
+            leaf: stored,
             leaf_hash: hash,
             duplicate: false,
             extra: Extra::None,
@@ -151,9 +153,10 @@ impl Batch<'_, '_, '_> {
 
     /// The answer for a record already stored: a duplicate, nothing written.
     pub(super) fn duplicate(&self, seq: u64, extra: Extra) -> Result<Appended> {
-        let (record, leaf_hash) = self.stored(seq)?;
+        let (record, leaf_hash, leaf) = index::record_and_leaf(&*self.view, seq)?;
         Ok(Appended {
             record,
+            leaf: leaf.into(),
             leaf_hash,
             seq,
             duplicate: true,

@@ -20,7 +20,11 @@ use crate::server::tokens::{Role, TokenEntry};
 use crate::wire;
 
 fn json_response(status: u16, v: &Value) -> Response {
-    let mut r = Response::new(Body::from(v.to_string()));
+    json_text_response(status, v.to_string())
+}
+
+fn json_text_response(status: u16, text: String) -> Response {
+    let mut r = Response::new(Body::from(text));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -242,7 +246,7 @@ fn path_id(field: &str, id: &str) -> Result<()> {
 
 fn appended_response(o: Outcome) -> Response {
     match o {
-        Outcome::Appended(a) => json_response(a.http_status(), &a.to_json()),
+        Outcome::Appended(a) => json_text_response(a.http_status(), a.to_json_text()),
         Outcome::Swept(v) => json_response(
             200,
             &json!({"timeouts": v.iter().map(|a| a.to_json()).collect::<Vec<_>>()}),

@@ -1,8 +1,9 @@
 //! Issue 2: idempotent appends, redaction, pending and history, bad input writing nothing.
 
 use hitl_ledger::ErrorCode;
+use hitl_ledger::ledger::Extra;
 use hitl_ledger::model::request::{InterruptRequest, RevokeRequest, parse_body};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::util::*;
 
@@ -366,4 +367,51 @@ fn replays_survive_a_policy_change() {
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
     assert_eq!(f.size(), n);
+}
+
+/// Answers splice the stored leaf in as `record` (`Appended::to_json_text`, what the server and
+/// `append` print): the same JSON value as the answer built from the record, for every kind of
+/// answer (written, found again, with a decision's, an edit's and an authorization's fields),
+/// and `record` is exactly the stored bytes.
+#[test]
+fn spliced_answers_are_the_built_answers() {
+    let f = Fixture::new();
+    let l = f.l();
+    let wire = json!({"tool": "wire_transfer", "args": {"account": "DE89", "amount": "5", "memo": "Grüße \u{1F600} \"q\""}});
+    let mut answers = vec![
+        f.interrupt("s1", "t1", refund(2500)),
+        f.interrupt("s1", "t1", refund(2500)),
+        f.interrupt("w1", "t1", wire),
+        f.interrupt("x1", "t2", refund(7)),
+    ];
+    let approval = l
+        .decide("s1", decision("approve", Some("ok")), &reviewer())
+        .unwrap();
+    let Extra::Decision { ticket_id, .. } = approval.extra.clone() else {
+        panic!("not a decision: {:?}", approval.extra);
+    };
+    answers.push(approval);
+    answers.push(f.authorize("s1", &ticket_id, refund(2500), Some("a-1")));
+    answers.push(f.authorize("s1", &ticket_id, refund(2500), Some("a-2")));
+    let edit = hitl_ledger::model::request::DecisionRequest::from_map(map(json!({
+        "decision": "edit", "edited_action": {"tool": "wire_transfer", "args": {"account": "DE89", "amount": "4"}}})))
+    .unwrap();
+    answers.push(l.decide("w1", edit, &reviewer()).unwrap());
+    answers.push(
+        l.decide("x1", decision("reject", Some("no")), &reviewer())
+            .unwrap(),
+    );
+    assert!(
+        answers[1].duplicate,
+        "the second interrupt is found, not written"
+    );
+    for a in &answers {
+        let text = a.to_json_text();
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed, a.to_json(), "{text}");
+        let leaf = std::str::from_utf8(&a.leaf).unwrap();
+        assert!(text.contains(&format!("\"record\":{leaf}")), "{text}");
+        assert_eq!(l.record(a.seq).unwrap().unwrap().1, a.leaf_hash);
+        assert_eq!(hitl_ledger::format::merkle::leaf_hash(&a.leaf), a.leaf_hash);
+    }
 }

@@ -495,7 +495,7 @@ fn append_lines(ledger: &Ledger, file: &str, batch: usize, actor: &Actor) -> Res
                     .unwrap_or_else(|| Err(Error::new(ErrorCode::Internal, "missing result"))),
             };
             match r {
-                Ok(o) => out(&o.to_json().to_string()),
+                Ok(o) => out(&o.to_json_text()),
                 Err(e) => {
                     *failed = true;
                     out(&e.to_json().to_string());
