@@ -5,7 +5,9 @@
 //!
 //! When nothing is queued and no batch is being committed, a caller may commit its operation
 //! itself ([`Committer::try_inline`]): a batch of one, on the caller's thread, with the same
-//! execution lock the writer thread takes, so batches stay strictly one after the other. A
+//! execution lock the writer thread takes, so batches stay strictly one after the other. Only
+//! without a batch delay (the default): a configured delay asks for batches to be gathered, so
+//! then every operation goes through the queue and waits for it. A
 //! single sequential client then pays the sync and its round trip, not two thread hand-offs
 //! (docs/performance.md); as soon as anything waits in the queue, every caller goes through it
 //! and the group commit gathers them.
@@ -56,6 +58,8 @@ pub struct Committer {
     handle: Option<JoinHandle<()>>,
     ledger: Arc<Ledger>,
     shared: Arc<Shared>,
+    /// Whether callers may commit inline (no batch delay configured).
+    inline: bool,
 }
 
 /// What the writer thread and inline callers share.
@@ -89,17 +93,19 @@ impl Committer {
             handle: Some(handle),
             ledger,
             shared,
+            inline: config.max_batch_delay.is_zero(),
         }
     }
 
     /// Commits the operation in `job` as a batch of one on the calling thread when the writer
-    /// is idle (nothing queued, no batch executing), taking it out of `job` and returning its
-    /// result, exactly as the writer thread would have answered. Otherwise returns `None` and
-    /// leaves `job` untouched, for [`Committer::submit`]; nothing was written then. The call
+    /// is idle (nothing queued, no batch executing) and no batch delay is configured, taking it
+    /// out of `job` and returning its result, exactly as the writer thread would have answered.
+    /// Otherwise returns `None` and leaves `job` untouched, for [`Committer::submit`]; nothing
+    /// was written then. The call
     /// blocks for the commit (the sync included): an async caller runs it where blocking is
     /// allowed.
     pub fn try_inline(&self, job: &mut Option<(Op, Actor)>) -> Option<Result<Outcome>> {
-        if self.tx.is_none() || self.shared.queued.load(Ordering::Acquire) != 0 {
+        if !self.inline || self.tx.is_none() || self.shared.queued.load(Ordering::Acquire) != 0 {
             return None;
         }
         let _executing = self.shared.executing.try_lock().ok()?;
@@ -248,11 +254,34 @@ mod tests {
         Op::from_line(line.as_bytes()).expect("a valid interrupt line")
     }
 
-    fn committer() -> Committer {
+    fn committer_with(config: CommitConfig) -> Committer {
         let clock = ManualClock::new(Timestamp::parse("2026-01-01T00:00:00.000000Z").unwrap());
         let id = Identity::generate("example.com/c", Policy::default(), Arc::new(clock)).unwrap();
         let ledger = Ledger::on_engine(Box::new(MemoryEngine::new()), id).unwrap();
-        Committer::start(Arc::new(ledger), CommitConfig::default())
+        Committer::start(Arc::new(ledger), config)
+    }
+
+    fn committer() -> Committer {
+        committer_with(CommitConfig::default())
+    }
+
+    /// A configured batch delay asks for batches to be gathered: no caller commits alone.
+    #[test]
+    fn no_inline_commit_with_a_batch_delay() {
+        let c = committer_with(CommitConfig {
+            max_batch_delay: std::time::Duration::from_millis(5),
+            ..CommitConfig::default()
+        });
+        let mut job = Some((interrupt("r-1"), Actor::system()));
+        assert!(
+            c.try_inline(&mut job).is_none(),
+            "committed alone despite a delay"
+        );
+        assert!(job.is_some());
+        assert_eq!(c.ledger().head().unwrap().size, 0);
+        let (op, actor) = job.unwrap();
+        assert!(c.run(op, actor).is_ok(), "the queue still commits it");
+        assert_eq!(c.ledger().head().unwrap().size, 1);
     }
 
     /// An idle writer lets the caller commit; a batch executing or a job queued sends the
