@@ -20,7 +20,7 @@ use crate::verify::{
 };
 
 /// Records derived into the scratch engine per commit (bounds memory).
-const FLUSH_EVERY: usize = 10_000;
+const FLUSH_EVERY: usize = 4096;
 
 /// Where one check re-derives the indexes: a RocksDB database beside a ledger opened from a
 /// data directory (removed when dropped, also on an early return), memory for a ledger on any
@@ -82,6 +82,7 @@ pub fn verify(
     let checkpoints = index::checkpoints(&*snap)?;
     let mut check = ChainCheck::new(ledger.origin(), &ledger.verifier(), &checkpoints);
     let total = index::record_count(&*snap).unwrap_or(0);
+    check.reserve(total);
     // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
     // so verifying holds O(chunk) in memory whatever the ledger's size.
     let scratch = Scratch::create(ledger)?;
@@ -139,10 +140,10 @@ pub fn verify(
 }
 
 /// Records read and checked per chunk.
-const CHUNK: usize = 4096;
+const CHUNK: usize = 2048;
 
 /// Checked chunks waiting for the deriver (bounds memory when deriving is the slower stage).
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 2;
 
 /// Derives the indexes from the checked records, in seq order, into `engine`, committing every
 /// [`FLUSH_EVERY`] records. Returns the problem of the first record that cannot be indexed

@@ -306,6 +306,12 @@ impl ChainCheck {
         }
     }
 
+    /// Makes room in the rule replay for about `records` records (see [`RuleReplay::reserve`]):
+    /// a whole-ledger check knows the ledger's size before it starts.
+    pub fn reserve(&mut self, records: u64) {
+        self.rules.reserve(records);
+    }
+
     /// Records checked so far (the next expected seq).
     pub fn size(&self) -> u64 {
         self.next

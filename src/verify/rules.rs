@@ -98,6 +98,9 @@ struct TicketRules {
     used: bool,
 }
 
+/// The most entries [`RuleReplay::reserve`] makes room for (past it the tables grow as usual).
+pub const MAX_RESERVE: u64 = 1 << 22;
+
 /// The replay's state: one entry per request and per ticket, and the request of every record
 /// that names one (for `follows`).
 #[derive(Debug, Default)]
@@ -116,6 +119,17 @@ impl RuleReplay {
     /// An empty replay.
     pub fn new() -> RuleReplay {
         RuleReplay::default()
+    }
+
+    /// Makes room for `records` more records naming a request, at most [`MAX_RESERVE`]: a
+    /// whole-ledger replay sized once does not grow its tables while it runs, and a growing
+    /// hash table holds its old and its new table at once (the replay's peak memory). Only the
+    /// tables' control bytes are touched until entries arrive, so an over-estimate costs
+    /// little; the cap bounds what a wrong hint (a tampered record count) can cost.
+    pub fn reserve(&mut self, records: u64) {
+        let n = usize::try_from(records.min(MAX_RESERVE)).unwrap_or(0);
+        self.requests.reserve(n);
+        self.records.reserve(n);
     }
 
     /// Replays one record (the next in `seq` order, with its leaf hash). Returns why its
