@@ -4,16 +4,14 @@
 //! elsewhere) consistency by proof. Bytes that are wrong are problems with evidence; an I/O
 //! failure is an error (exit 2), never a finding.
 
-use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 
+use super::scratch::Scratch;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
 use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
-use crate::storage::memory::MemoryEngine;
-use crate::storage::rocks::RocksEngine;
 use crate::storage::{Durability, Engine, Keyspace, Read};
 use crate::verify::{
     ChainCheck, Checked, Problem, ProblemCode, VerifyReport, compare_index, sort_problems,
@@ -21,45 +19,6 @@ use crate::verify::{
 
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 4096;
-
-/// Where one check re-derives the indexes: a RocksDB database beside a ledger opened from a
-/// data directory (removed when dropped, also on an early return), memory for a ledger on any
-/// other engine (the tests' in-memory ledgers).
-struct Scratch {
-    engine: Option<Box<dyn Engine>>,
-    path: Option<PathBuf>,
-}
-
-impl Scratch {
-    fn create(ledger: &Ledger) -> Result<Scratch> {
-        let Some(dir) = ledger.dir() else {
-            return Ok(Scratch {
-                engine: Some(Box::new(MemoryEngine::new())),
-                path: None,
-            });
-        };
-        let path = dir.join("verify-scratch");
-        let _ = std::fs::remove_dir_all(&path);
-        let engine = RocksEngine::open(&path, true)?;
-        Ok(Scratch {
-            engine: Some(Box::new(engine)),
-            path: Some(path),
-        })
-    }
-
-    fn engine(&self) -> &dyn Engine {
-        self.engine.as_deref().expect("open until dropped")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        drop(self.engine.take());
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
-}
 
 /// Checks the whole ledger: every leaf hash, `seq`, `prev`, `ts` order, the thread chains,
 /// every stored checkpoint's signature and root, records beyond the latest checkpoint, the
@@ -85,7 +44,7 @@ pub fn verify(
     check.reserve(total);
     // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
     // so verifying holds O(chunk) in memory whatever the ledger's size.
-    let scratch = Scratch::create(ledger)?;
+    let scratch = Scratch::create(ledger, "verify-scratch")?;
     let derive_error = std::thread::scope(|s| -> Result<Option<Problem>> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Checked>>(IN_FLIGHT);
         let engine = scratch.engine();

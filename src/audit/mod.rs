@@ -4,4 +4,5 @@
 
 pub mod fsck;
 pub mod reference;
+mod scratch;
 pub mod views;

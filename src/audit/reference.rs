@@ -3,60 +3,18 @@
 //! report on untouched and tampered ledgers, and the benchmark measures one beside the other.
 //! Nothing else runs this.
 
-use std::path::PathBuf;
-
+use super::scratch::Scratch;
 use crate::codec::read_be;
 use crate::error::{Error, Result};
 use crate::format::merkle;
 use crate::format::record::Record;
 use crate::index::{self, View};
 use crate::ledger::Ledger;
-use crate::storage::memory::MemoryEngine;
-use crate::storage::rocks::RocksEngine;
-use crate::storage::{Durability, Engine, Keyspace};
+use crate::storage::{Durability, Keyspace};
 use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, sort_problems};
 
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 10_000;
-
-/// Where one check re-derives the indexes: a RocksDB database beside a ledger opened from a
-/// data directory (removed when dropped, also on an early return), memory for a ledger on any
-/// other engine (the tests' in-memory ledgers).
-struct Scratch {
-    engine: Option<Box<dyn Engine>>,
-    path: Option<PathBuf>,
-}
-
-impl Scratch {
-    fn create(ledger: &Ledger) -> Result<Scratch> {
-        let Some(dir) = ledger.dir() else {
-            return Ok(Scratch {
-                engine: Some(Box::new(MemoryEngine::new())),
-                path: None,
-            });
-        };
-        let path = dir.join("verify-scratch-reference");
-        let _ = std::fs::remove_dir_all(&path);
-        let engine = RocksEngine::open(&path, true)?;
-        Ok(Scratch {
-            engine: Some(Box::new(engine)),
-            path: Some(path),
-        })
-    }
-
-    fn engine(&self) -> &dyn Engine {
-        self.engine.as_deref().expect("open until dropped")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        drop(self.engine.take());
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
-}
 
 /// The whole-ledger check as first written, for [`super::fsck::verify`] to be held to: every
 /// leaf parsed into a value tree and re-serialized ([`Record::from_leaf`]), one chunk at a
@@ -76,7 +34,7 @@ pub fn verify(
     let total = index::record_count(&*snap).unwrap_or(0);
     // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
     // so verifying holds O(chunk) in memory whatever the ledger's size.
-    let scratch = Scratch::create(ledger)?;
+    let scratch = Scratch::create(ledger, "verify-scratch-reference")?;
     let mut derive_error: Option<Problem> = None;
     let mut records = index::records(&*snap);
     let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);

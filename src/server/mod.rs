@@ -288,3 +288,16 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down: finishing accepted requests");
 }
+
+/// The server's log: lines on standard error, `RUST_LOG`'s filter or `info` by default (what
+/// goes at which level: `handlers::handle`). `hitl-ledger serve` and the benchmark's in-process
+/// server both call this, so they log alike. A second call changes nothing.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+}

@@ -21,13 +21,7 @@ use crate::report::percentile;
 /// the group commit's default configuration, which is also `serve`'s), except that
 /// `unsynced` turns the commits' WAL sync off.
 pub fn serve(dir: &Path, listen: &str, unsynced: bool) -> BoxResult<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    hitl_ledger::server::init_logging();
     let tokens_path = dir.join(files::TOKENS);
     let tokens = Tokens::load(&tokens_path)?;
     let mut ledger = Ledger::open_with(

@@ -45,13 +45,7 @@ pub fn serve(
     policy: Option<PathBuf>,
     commit: CommitConfig,
 ) -> Result<Outcome> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    hitl_ledger::server::init_logging();
     let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
     let tokens = Tokens::load(&tokens_path)?;
     if tokens.is_empty() {
