@@ -97,6 +97,17 @@ impl Committer {
         }
     }
 
+    /// Whether [`Committer::try_inline`] would commit now (no delay configured, nothing
+    /// queued, no batch executing): a cheap look, so that a caller only prepares to block (an
+    /// async one leaves its worker) when it will. The answer may be stale by the time it is
+    /// acted on; `try_inline` checks again.
+    pub fn idle(&self) -> bool {
+        self.inline
+            && self.tx.is_some()
+            && self.shared.queued.load(Ordering::Acquire) == 0
+            && self.shared.executing.try_lock().is_ok()
+    }
+
     /// Commits the operation in `job` as a batch of one on the calling thread when the writer
     /// is idle (nothing queued, no batch executing) and no batch delay is configured, taking it
     /// out of `job` and returning its result, exactly as the writer thread would have answered.
@@ -297,7 +308,9 @@ mod tests {
         assert!(first.is_none(), "the committed operation is taken");
         assert_eq!(c.ledger().head().unwrap().size, 1);
 
+        assert!(c.idle());
         let executing = c.shared.executing.lock().unwrap();
+        assert!(!c.idle(), "idle while a batch executes");
         let mut second = job("r-2");
         assert!(
             c.try_inline(&mut second).is_none(),

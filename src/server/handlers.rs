@@ -212,7 +212,10 @@ async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
     let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread;
     let mut job = Some((op, actor));
+    // `block_in_place` hands this worker's other tasks to another thread: only when the writer
+    // is idle, not on every request under load.
     if multi_thread
+        && st.committer.idle()
         && let Some(outcome) = tokio::task::block_in_place(|| st.committer.try_inline(&mut job))
     {
         if outcome.is_ok() {
