@@ -179,9 +179,10 @@ impl Batch<'_, '_, '_> {
             *sp = self.view.savepoint();
             return self.duplicate(seq, Extra::None);
         }
-        // A thread is its first request's tenant's: another tenant's request never joins it.
+        // A thread is its first request's tenant's: a caller that does not reach that tenant
+        // (an agent of another) never adds a request to it.
         if let Some(owner) = index::thread_tenant(&*self.view, &req.thread_id)?
-            && owner != actor.tenant_name()
+            && !actor.reaches(&owner)
         {
             return Err(in_use("thread", &req.thread_id));
         }

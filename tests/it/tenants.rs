@@ -196,10 +196,10 @@ fn an_edits_new_request_is_the_originals_tenants() {
     f.l()
         .interrupt(interrupt_req("r", "t", refund(10)), &acme_1())
         .unwrap();
-    let mut d = decision("edit", None);
-    d.edited_action = Some(
-        hitl_ledger::model::action::Action::from_value(&refund(5)).unwrap(),
-    );
+    let d = hitl_ledger::model::request::DecisionRequest::from_map(map(
+        json!({"decision": "edit", "edited_action": refund(5)}),
+    ))
+    .unwrap();
     let a = f.l().decide("r", d, &reviewer()).unwrap();
     let hitl_ledger::ledger::Extra::Edit {
         new_request_id,
