@@ -56,6 +56,14 @@ struct Backend {
 /// start).
 const THE_BACKEND: &str = "pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2";
 
+/// The tables of a ledger's schema (what [`drop_schema`] drops, with the function
+/// `hitl_refuse_change`).
+fn schema_objects() -> Vec<String> {
+    let mut t = vec!["hitl_ledger".to_string()];
+    t.extend(Keyspace::ALL.iter().map(|ks| table(*ks)));
+    t
+}
+
 /// What the database must say about the ledger for this server to write: its origin, its
 /// verifier key (the public half of the signing key every server shares), and the SHA-256 of
 /// the policy in force.
@@ -179,26 +187,30 @@ fn engine_err(context: &str) -> impl Fn(postgres::Error) -> StorageError + '_ {
 }
 
 impl PgEngine {
-    /// Creates the schema in the (empty) database at `url` and records the ledger's row.
+    /// Checks that the database at `url` can receive a new ledger: it is reachable and holds
+    /// no `hitl_*` table or function. What `init` asks before it writes anything.
     ///
     /// # Errors
-    /// [`StorageError::Incompatible`] when the database already holds a ledger; engine errors.
+    /// [`StorageError::Incompatible`] naming what is there; [`StorageError::Unavailable`];
+    /// engine errors.
+    pub fn check_empty(url: &str) -> Result<(), StorageError> {
+        let config = parse_url(url)?;
+        let mut c = connect(&config)?;
+        refuse_existing(&mut c)
+    }
+
+    /// Creates the schema in the database at `url`, which holds no `hitl_*` table or
+    /// function, and records the ledger's row, in one transaction: on any error nothing of it
+    /// is left.
+    ///
+    /// # Errors
+    /// [`StorageError::Incompatible`] when the database already holds a ledger or some of
+    /// its tables; engine errors.
     pub fn create(url: &str, row: &LedgerRow) -> Result<(), StorageError> {
         let config = parse_url(url)?;
         let mut c = connect(&config)?;
-        let exists: bool = c
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'hitl_ledger')",
-                &[],
-            )
-            .map_err(engine_err("reading the schema"))?
-            .get(0);
-        if exists {
-            return Err(StorageError::Incompatible(
-                "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
-            ));
-        }
         let mut tx = c.transaction().map_err(engine_err("creating the schema"))?;
+        refuse_existing(&mut tx)?;
         tx.batch_execute(&schema_sql())
             .map_err(engine_err("creating the schema"))?;
         tx.execute(
@@ -398,6 +410,35 @@ impl PgEngine {
             .map(|row| row.get::<_, Vec<u8>>(0));
         Ok(Some(found))
     }
+}
+
+/// Refuses a database whose current schema already holds `hitl_*` tables or functions.
+fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageError> {
+    let found: Vec<String> = c
+        .query(
+            "SELECT tablename::text FROM pg_tables \
+             WHERE schemaname = current_schema() AND tablename LIKE 'hitl\\_%' \
+             UNION ALL SELECT proname::text || '()' FROM pg_proc \
+             WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) \
+             AND proname LIKE 'hitl\\_%' ORDER BY 1",
+            &[],
+        )
+        .map_err(engine_err("reading the schema"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if found.iter().any(|t| t == "hitl_ledger") {
+        return Err(StorageError::Incompatible(
+            "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
+        ));
+    }
+    if !found.is_empty() {
+        return Err(StorageError::Incompatible(format!(
+            "the database holds hitl-ledger objects but no ledger ({}): drop them, or name another database",
+            found.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 fn parse_url(url: &str) -> Result<postgres::Config, StorageError> {
@@ -829,18 +870,19 @@ fn must_retry_storage(e: &StorageError) -> bool {
     matches!(e, StorageError::Retry(_))
 }
 
-/// Drops every table of the schema (tests: a fresh database for each ledger).
+/// Drops every table and the function of the schema: a fresh database for each test
+/// ledger, and what a failed `init` created (the database held none of them before).
 ///
 /// # Errors
 /// Engine errors.
 pub fn drop_schema(url: &str) -> Result<(), StorageError> {
     let config = parse_url(url)?;
     let mut c = connect(&config)?;
-    let mut sql = String::from("DROP TABLE IF EXISTS hitl_ledger;");
-    for ks in Keyspace::ALL {
-        sql.push_str(&format!("DROP TABLE IF EXISTS {};", table(ks)));
+    let mut sql = String::from("BEGIN;");
+    for t in schema_objects() {
+        sql.push_str(&format!("DROP TABLE IF EXISTS {t};"));
     }
-    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change();");
+    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change(); COMMIT;");
     c.batch_execute(&sql)
         .map_err(engine_err("dropping the schema"))
 }
