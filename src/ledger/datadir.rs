@@ -1,15 +1,23 @@
 //! The data directory: its files, their permissions, the process lock, the key files and the
-//! configuration. Everything here is about files; nothing about records.
+//! configuration; and [`init`], which makes a data directory (and its database) all or
+//! nothing. Apart from `init`'s size-0 checkpoint, everything here is about files; nothing
+//! about records.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::{Identity, Initialized, ledger_row, sequencer};
+use crate::clock::SystemClock;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::note::{NoteSigner, valid_origin};
 use crate::model::action::RedactionKey;
+use crate::model::policy::Policy;
+use crate::storage::postgres::{self, PgEngine};
+use crate::storage::rocks::RocksEngine;
 
 /// File names inside the data directory.
 pub mod files {
@@ -215,7 +223,9 @@ pub fn write_config(dir: &Path, config: &Config) -> Result<()> {
             "engine": {"kind": "postgres", "url": url},
         }),
     };
-    std::fs::write(dir.join(files::CONFIG), format!("{v}\n"))?;
+    let mut f = File::create(dir.join(files::CONFIG))?;
+    f.write_all(format!("{v}\n").as_bytes())?;
+    f.sync_all()?;
     Ok(())
 }
 
@@ -303,4 +313,331 @@ pub fn read_redaction_key(dir: &Path) -> Result<RedactionKey> {
     hex::decode_to_slice(key_hex.trim(), &mut key)
         .map_err(|_| Error::new(ErrorCode::DataDir, "redaction key is not 64 hex digits"))?;
     Ok(RedactionKey::from_bytes(key))
+}
+
+/// Creates a ledger in `dir`, all or nothing (what [`Ledger::init_with`](crate::Ledger::init_with)
+/// does):
+///
+/// 1. Everything is checked before anything is written: the origin; `dir` does not exist or
+///    is an empty directory; for PostgreSQL, the database is reachable and holds no `hitl_*`
+///    table or function.
+/// 2. The files are made in a staging directory: a hidden sibling `.NAME.init-RANDOM` when
+///    `dir` does not exist, `dir/.init-RANDOM` when it is an empty directory (so an empty
+///    mount point, or a directory in a parent the user may not write, can be initialized).
+/// 3. The store is created: RocksDB in the staging directory; for PostgreSQL the schema and
+///    the ledger's row in one transaction, then the size-0 checkpoint. `ledger.json` is
+///    written last.
+/// 4. Only then is the staging directory put in place: renamed to `dir`, or its entries moved
+///    into `dir` with `ledger.json` last.
+///
+/// On any failure the staging directory (and any folder this call created above it) is
+/// removed and, for PostgreSQL, the tables this call created are dropped: neither files nor
+/// tables are left, and the same command can be run again.
+///
+/// # Errors
+/// `usage` for an invalid origin; `data_dir` when `dir` is not empty or not a directory, or
+/// the database already holds a ledger or some of its tables; storage errors.
+pub(super) fn init(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Initialized> {
+    super::check_origin(origin)?;
+    private_umask();
+    let dir = follow_symlink(dir)?;
+    let existing = check_target(&dir)?;
+    if let EngineConfig::Postgres { url } = &engine {
+        PgEngine::check_empty(url)?;
+    }
+    let mut staging = Staging::new(&dir, existing)?;
+    let mut created: Option<&str> = None;
+    let result = build(&staging.path, origin, &engine, &mut created).and_then(|made| {
+        staging.put_in_place()?;
+        Ok(made)
+    });
+    let e = match result {
+        Ok(made) => return Ok(made),
+        Err(e) => e,
+    };
+    drop(staging);
+    if let Some(url) = created
+        && let Err(d) = postgres::drop_schema(url)
+    {
+        return Err(Error::new(
+            e.code(),
+            format!(
+                "{}; the tables this init created could not be dropped ({d}): drop the hitl_* tables and the function hitl_refuse_change() before running init again",
+                e.message()
+            ),
+        ));
+    }
+    Err(e)
+}
+
+/// `dir`, or where it points when it is a symbolic link (the link is kept).
+fn follow_symlink(dir: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(dir).map_err(|e| {
+            Error::new(
+                ErrorCode::DataDir,
+                format!(
+                    "{} is a symbolic link that cannot be followed: {e}",
+                    dir.display()
+                ),
+            )
+        }),
+        _ => Ok(dir.to_path_buf()),
+    }
+}
+
+/// Whether `dir` exists (then as an empty directory); refuses anything else.
+fn check_target(dir: &Path) -> Result<bool> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => {
+            return Err(Error::new(
+                ErrorCode::DataDir,
+                format!("{}: {e}", dir.display()),
+            ));
+        }
+    };
+    if !meta.is_dir() {
+        return Err(Error::new(
+            ErrorCode::DataDir,
+            format!("{} exists and is not a directory", dir.display()),
+        ));
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Error::new(ErrorCode::DataDir, format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return Ok(true);
+    }
+    if names.iter().any(|n| n == files::CONFIG) {
+        return Err(Error::new(
+            ErrorCode::DataDir,
+            format!("{} already holds a ledger", dir.display()),
+        ));
+    }
+    names.sort();
+    let more = names.len().saturating_sub(5);
+    names.truncate(5);
+    Err(Error::new(
+        ErrorCode::DataDir,
+        format!(
+            "{} is not empty (it holds {}{}): init needs a directory that does not exist or is empty",
+            dir.display(),
+            names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ),
+    ))
+}
+
+/// The directory `init` builds in, removed when dropped unless it was put in place.
+struct Staging {
+    /// The staging directory.
+    path: PathBuf,
+    /// The data directory.
+    dir: PathBuf,
+    /// True when `dir` existed (empty): the staging directory is inside it.
+    inside: bool,
+    /// Folders above `dir` this call created, the deepest first (removed on failure).
+    parents: Vec<PathBuf>,
+    /// Entries already moved into `dir` (removed on failure).
+    moved: Vec<PathBuf>,
+    done: bool,
+}
+
+impl Staging {
+    fn new(dir: &Path, existing: bool) -> Result<Staging> {
+        use std::os::unix::fs::DirBuilderExt;
+        let suffix = hex::encode(&random32()?[..8]);
+        let mut parents = Vec::new();
+        let path = if existing {
+            dir.join(format!(".init-{suffix}"))
+        } else {
+            let name = dir.file_name().ok_or_else(|| {
+                Error::new(
+                    ErrorCode::DataDir,
+                    format!(
+                        "{} cannot be a data directory: it has no name",
+                        dir.display()
+                    ),
+                )
+            })?;
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            let mut missing = parent.as_path();
+            while !missing.exists() {
+                parents.push(missing.to_path_buf());
+                match missing.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => missing = p,
+                    _ => break,
+                }
+            }
+            if let Err(e) = std::fs::create_dir_all(&parent) {
+                for p in &parents {
+                    let _ = std::fs::remove_dir(p);
+                }
+                return Err(Error::storage(&format!("creating {}", parent.display()), e));
+            }
+            parent.join(format!(".{}.init-{suffix}", name.to_string_lossy()))
+        };
+        let staging = Staging {
+            path,
+            dir: dir.to_path_buf(),
+            inside: existing,
+            parents,
+            moved: Vec::new(),
+            done: false,
+        };
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&staging.path)
+            .map_err(|e| Error::storage(&format!("creating {}", staging.path.display()), e))?;
+        Ok(staging)
+    }
+
+    /// Makes the staging directory the data directory.
+    fn put_in_place(&mut self) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let taken = |e: std::io::Error| {
+            Error::new(
+                ErrorCode::DataDir,
+                format!(
+                    "{} was created or filled by someone else while init ran: {e}",
+                    self.dir.display()
+                ),
+            )
+        };
+        if self.inside {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(&self.path)?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<std::io::Result<_>>()?;
+            // The configuration last: a directory without it is not a ledger yet.
+            entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == files::CONFIG));
+            let others = std::fs::read_dir(&self.dir)?
+                .filter_map(|e| e.ok())
+                .any(|e| e.path() != self.path);
+            if others {
+                return Err(taken(std::io::Error::from(
+                    std::io::ErrorKind::DirectoryNotEmpty,
+                )));
+            }
+            for from in entries {
+                let to = self.dir.join(from.file_name().unwrap_or_default());
+                if to.exists() {
+                    return Err(taken(std::io::Error::from(
+                        std::io::ErrorKind::AlreadyExists,
+                    )));
+                }
+                std::fs::rename(&from, &to).map_err(taken)?;
+                self.moved.push(to);
+            }
+            std::fs::remove_dir(&self.path)?;
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
+            File::open(&self.dir)?.sync_all()?;
+        } else {
+            // rename(2) onto a path that exists fails unless it is an empty directory; one
+            // made empty meanwhile is replaced, as init would have filled it anyway.
+            std::fs::rename(&self.path, &self.dir).map_err(taken)?;
+            if let Some(parent) = self.dir.parent() {
+                let parent = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        for p in self.moved.iter().rev() {
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+        for p in &self.parents {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
+/// Writes the keys, the policy and the store into the staging directory `dir`; `created`
+/// is set to the database's URL once this call has created its schema.
+fn build<'a>(
+    dir: &Path,
+    origin: &str,
+    engine: &'a EngineConfig,
+    created: &mut Option<&'a str>,
+) -> Result<Initialized> {
+    let seed = random32()?;
+    let signer = NoteSigner::from_seed(origin, &seed)
+        .map_err(|e| Error::new(ErrorCode::Usage, e.to_string()))?;
+    write_secret_file(
+        &dir.join(files::SIGNING_KEY),
+        format!("{}\n", encode_signer_key(origin, signer.key_id(), &seed)).as_bytes(),
+    )?;
+    let key = random32()?;
+    write_secret_file(
+        &dir.join(files::REDACTION_KEY),
+        format!("{}\n", hex::encode(key)).as_bytes(),
+    )?;
+    write_secret_file(
+        &dir.join(files::POLICY),
+        crate::model::policy::INITIAL_POLICY.as_bytes(),
+    )?;
+    write_secret_file(
+        &dir.join(files::VERIFIER_KEY),
+        format!("{}\n", signer.verifier_key()).as_bytes(),
+    )?;
+    let policy = Policy::load(&dir.join(files::POLICY))?;
+    let id = Identity {
+        origin: origin.to_string(),
+        signer,
+        key: RedactionKey::from_bytes(key),
+        policy,
+        clock: Arc::new(SystemClock),
+    };
+    let checkpoint = match engine {
+        EngineConfig::Rocks => {
+            let e = RocksEngine::open(&dir.join(files::DB), true)?;
+            sequencer::sign_empty(&e, &id)?
+        }
+        EngineConfig::Postgres { url } => {
+            let row = ledger_row(&id);
+            PgEngine::create(url, &row)?;
+            *created = Some(url);
+            let e = PgEngine::open(url, row)?;
+            sequencer::sign_empty(&e, &id)?
+        }
+    };
+    // The config is written last: a directory without it is not a ledger yet.
+    write_config(
+        dir,
+        &Config {
+            origin: origin.to_string(),
+            engine: engine.clone(),
+        },
+    )?;
+    Ok(Initialized {
+        verifier_key: id.signer.verifier_key(),
+        checkpoint,
+    })
 }

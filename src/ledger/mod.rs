@@ -34,7 +34,7 @@ use crate::model::policy::Policy;
 use crate::storage::postgres::{LedgerRow, PgEngine};
 use crate::storage::rocks::RocksEngine;
 use crate::storage::{Durability, Engine, Read};
-use datadir::{Config, DirLock};
+use datadir::DirLock;
 use metrics::Metrics;
 
 /// How to open a ledger.
@@ -150,7 +150,8 @@ impl Ledger {
     /// size-0 checkpoint.
     ///
     /// # Errors
-    /// `usage` for an invalid origin; `data_dir` when `dir` already holds a ledger; storage errors.
+    /// `usage` for an invalid origin; `data_dir` when `dir` exists and is not an empty
+    /// directory; storage errors.
     pub fn init(dir: &Path, origin: &str) -> Result<Initialized> {
         Ledger::init_with(dir, origin, EngineConfig::Rocks)
     }
@@ -158,85 +159,15 @@ impl Ledger {
     /// Creates a ledger in `dir` whose records live in `engine`: for PostgreSQL, the schema is
     /// created in the (empty) database and the ledger's row records the origin, the verifier
     /// key and the policy's fingerprint. The keys and the redaction secret stay files in
-    /// `dir`; other servers of the same ledger get a copy of `dir`.
+    /// `dir`; other servers of the same ledger get a copy of `dir`. All or nothing
+    /// (`datadir::init`): `dir` must not exist or be empty, and a failure leaves neither
+    /// files nor tables.
     ///
     /// # Errors
-    /// As [`Ledger::init`]; `data_dir` when the database already holds a ledger.
+    /// As [`Ledger::init`]; `data_dir` when `dir` is not empty or the database already holds
+    /// a ledger (or `hitl_*` tables).
     pub fn init_with(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Initialized> {
-        check_origin(origin)?;
-        datadir::private_umask();
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::storage(&format!("creating {}", dir.display()), e))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| Error::storage(&format!("restricting {}", dir.display()), e))?;
-        }
-        let _lock = datadir::lock_dir(dir)?;
-        if dir.join(files::CONFIG).exists() || dir.join(files::DB).exists() {
-            return Err(Error::new(
-                ErrorCode::DataDir,
-                format!("{} already holds a ledger", dir.display()),
-            ));
-        }
-        let seed = datadir::random32()?;
-        let signer = NoteSigner::from_seed(origin, &seed)
-            .map_err(|e| Error::new(ErrorCode::Usage, e.to_string()))?;
-        datadir::write_secret_file(
-            &dir.join(files::SIGNING_KEY),
-            format!(
-                "{}\n",
-                datadir::encode_signer_key(origin, signer.key_id(), &seed)
-            )
-            .as_bytes(),
-        )?;
-        let key = datadir::random32()?;
-        datadir::write_secret_file(
-            &dir.join(files::REDACTION_KEY),
-            format!("{}\n", hex::encode(key)).as_bytes(),
-        )?;
-        if !dir.join(files::POLICY).exists() {
-            std::fs::write(
-                dir.join(files::POLICY),
-                crate::model::policy::INITIAL_POLICY,
-            )?;
-        }
-        std::fs::write(
-            dir.join(files::VERIFIER_KEY),
-            format!("{}\n", signer.verifier_key()),
-        )?;
-        let policy = Policy::load(&dir.join(files::POLICY))?;
-        let id = Identity {
-            origin: origin.to_string(),
-            signer,
-            key: RedactionKey::from_bytes(key),
-            policy,
-            clock: Arc::new(SystemClock),
-        };
-        let checkpoint = match &engine {
-            EngineConfig::Rocks => {
-                let e = RocksEngine::open(&dir.join(files::DB), true)?;
-                sequencer::sign_empty(&e, &id)?
-            }
-            EngineConfig::Postgres { url } => {
-                let row = ledger_row(&id);
-                PgEngine::create(url, &row)?;
-                let e = PgEngine::open(url, row)?;
-                sequencer::sign_empty(&e, &id)?
-            }
-        };
-        // The config is written last: a directory without it is not a ledger yet.
-        datadir::write_config(
-            dir,
-            &Config {
-                origin: origin.to_string(),
-                engine,
-            },
-        )?;
-        Ok(Initialized {
-            verifier_key: id.signer.verifier_key(),
-            checkpoint,
-        })
+        datadir::init(dir, origin, engine)
     }
 
     /// Opens the ledger in `dir` with the system clock and `DIR/policy.json`.

@@ -10,8 +10,12 @@
 //! - **Durable commits**: `synchronous_commit = on` for every connection.
 //! - **Retry**: a serialization failure or a deadlock, or a connection lost before `COMMIT`,
 //!   answers [`StorageError::Retry`] (nothing applied). A connection lost during `COMMIT` is
-//!   resolved by reading back the commit's first new record or checkpoint on a new
-//!   connection: there, the commit happened; absent, it did not (Retry).
+//!   resolved on a new connection: first the old connection's server process is ended
+//!   (`pg_terminate_backend`) and awaited until `pg_stat_activity` no longer lists it, so its
+//!   commit is settled (a commit still waiting, for a synchronous standby say, would otherwise
+//!   be read as absent and become visible afterwards); then the commit's first new record or
+//!   checkpoint is read back: there, the commit happened; absent, it did not (Retry). When
+//!   that cannot be learned within [`RESOLVE_FOR`], the outcome is unknown (an engine error).
 //! - **The database's clock** (`clock_timestamp()`) is the batch time, so servers with skewed
 //!   clocks agree on every deadline.
 //! - A database that cannot be reached answers [`StorageError::Unavailable`]: nothing
@@ -35,8 +39,30 @@ const SCHEMA_FORMAT: &str = "hitl-ledger/postgres/v1";
 /// Rows fetched per page of a scan.
 const PAGE: i64 = 512;
 
-/// How long a commit whose connection was lost keeps trying to learn whether it happened.
-const RESOLVE_FOR: Duration = Duration::from_secs(30);
+/// How long a commit whose connection was lost keeps trying to learn whether it happened
+/// (ending the old connection's server process, then reading back).
+pub const RESOLVE_FOR: Duration = Duration::from_secs(30);
+
+/// The server process behind a connection, as `pg_stat_activity` lists it: its pid and its
+/// start (microseconds since the epoch), so that a pid the server reused later is not taken
+/// for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backend {
+    pid: i32,
+    started: i64,
+}
+
+/// The `WHERE` clause that finds a [`Backend`] in `pg_stat_activity` (`$1` its pid, `$2` its
+/// start).
+const THE_BACKEND: &str = "pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2";
+
+/// The tables of a ledger's schema (what [`drop_schema`] drops, with the function
+/// `hitl_refuse_change`).
+fn schema_objects() -> Vec<String> {
+    let mut t = vec!["hitl_ledger".to_string()];
+    t.extend(Keyspace::ALL.iter().map(|ks| table(*ks)));
+    t
+}
 
 /// What the database must say about the ledger for this server to write: its origin, its
 /// verifier key (the public half of the signing key every server shares), and the SHA-256 of
@@ -88,7 +114,7 @@ fn schema_sql() -> String {
 pub struct PgEngine {
     config: postgres::Config,
     expect: LedgerRow,
-    writer: Mutex<Option<Client>>,
+    writer: Mutex<Option<(Client, Backend)>>,
     readers: Mutex<Vec<Client>>,
     reads: AtomicU64,
     name: String,
@@ -100,7 +126,13 @@ impl Drop for PgEngine {
         // the last handle on the engine may be. Close the connections on a thread of their own.
         let mut clients: Vec<Client> =
             std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
-        clients.extend(self.writer.lock().unwrap_or_else(|p| p.into_inner()).take());
+        clients.extend(
+            self.writer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .map(|(c, _)| c),
+        );
         if !clients.is_empty() {
             let _ = std::thread::spawn(move || drop(clients)).join();
         }
@@ -155,26 +187,30 @@ fn engine_err(context: &str) -> impl Fn(postgres::Error) -> StorageError + '_ {
 }
 
 impl PgEngine {
-    /// Creates the schema in the (empty) database at `url` and records the ledger's row.
+    /// Checks that the database at `url` can receive a new ledger: it is reachable and holds
+    /// no `hitl_*` table or function. What `init` asks before it writes anything.
     ///
     /// # Errors
-    /// [`StorageError::Incompatible`] when the database already holds a ledger; engine errors.
+    /// [`StorageError::Incompatible`] naming what is there; [`StorageError::Unavailable`];
+    /// engine errors.
+    pub fn check_empty(url: &str) -> Result<(), StorageError> {
+        let config = parse_url(url)?;
+        let mut c = connect(&config)?;
+        refuse_existing(&mut c)
+    }
+
+    /// Creates the schema in the database at `url`, which holds no `hitl_*` table or
+    /// function, and records the ledger's row, in one transaction: on any error nothing of it
+    /// is left.
+    ///
+    /// # Errors
+    /// [`StorageError::Incompatible`] when the database already holds a ledger or some of
+    /// its tables; engine errors.
     pub fn create(url: &str, row: &LedgerRow) -> Result<(), StorageError> {
         let config = parse_url(url)?;
         let mut c = connect(&config)?;
-        let exists: bool = c
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'hitl_ledger')",
-                &[],
-            )
-            .map_err(engine_err("reading the schema"))?
-            .get(0);
-        if exists {
-            return Err(StorageError::Incompatible(
-                "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
-            ));
-        }
         let mut tx = c.transaction().map_err(engine_err("creating the schema"))?;
+        refuse_existing(&mut tx)?;
         tx.batch_execute(&schema_sql())
             .map_err(engine_err("creating the schema"))?;
         tx.execute(
@@ -293,9 +329,15 @@ impl PgEngine {
         }
     }
 
-    /// Whether a commit whose connection was lost during `COMMIT` happened: its first new
-    /// record (or checkpoint) is stored with exactly its bytes. Tries for [`RESOLVE_FOR`].
-    fn resolve(&self, changes: &Changes) -> Result<bool, StorageError> {
+    /// Whether a commit whose connection was lost during `COMMIT` happened. The commit may
+    /// still be in progress on the old connection's server process (`backend`): waiting for a
+    /// synchronous standby, or for its WAL flush. So, on a new connection, that process is
+    /// ended first (`pg_terminate_backend`: a commit waiting for a standby is then kept, as
+    /// PostgreSQL has already committed it locally; one not yet written is rolled back) and
+    /// awaited until `pg_stat_activity` no longer lists it; only then is the commit's first
+    /// new record (or checkpoint) read back: stored with exactly its bytes means committed.
+    /// Tries for [`RESOLVE_FOR`], then answers an engine error: the outcome is unknown.
+    fn resolve(&self, backend: Backend, changes: &Changes) -> Result<bool, StorageError> {
         let Some((ks, key, value)) = changes
             .iter()
             .find(|(ks, _, v)| ks.append_only() && v.is_some())
@@ -305,29 +347,98 @@ impl PgEngine {
                 "the connection was lost during COMMIT and the commit holds no new record to look for",
             ));
         };
-        let started = Instant::now();
+        let deadline = Instant::now() + RESOLVE_FOR;
         loop {
-            match connect(&self.config).and_then(|mut c| {
-                c.query_opt(
-                    &format!("SELECT v FROM {} WHERE k = $1", table(ks)),
-                    &[&key],
-                )
-                .map_err(engine_err("resolving a commit"))
-                .map(|r| r.map(|row| row.get::<_, Vec<u8>>(0)))
-            }) {
-                Ok(found) => return Ok(found.as_deref() == value),
-                Err(e) if started.elapsed() >= RESOLVE_FOR => {
-                    return Err(StorageError::engine(
-                        "commit",
-                        format!(
-                            "the connection was lost during COMMIT and whether it happened cannot be learned: {e}"
-                        ),
-                    ));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(250)),
+            let why = match self.settle_and_read(backend, ks, key, deadline) {
+                Ok(Some(found)) => return Ok(found.as_deref() == value),
+                Ok(None) => format!(
+                    "the old connection's server process (pid {}) did not end",
+                    backend.pid
+                ),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(StorageError::engine(
+                    "commit",
+                    format!(
+                        "the connection was lost during COMMIT and whether it happened could not be learned within {} s: {why}",
+                        RESOLVE_FOR.as_secs()
+                    ),
+                ));
             }
+            std::thread::sleep(Duration::from_millis(250));
         }
     }
+
+    /// One attempt of [`PgEngine::resolve`] on a new connection: `None` when the old server
+    /// process is still listed at `deadline`, else what the key holds.
+    fn settle_and_read(
+        &self,
+        backend: Backend,
+        ks: Keyspace,
+        key: &[u8],
+        deadline: Instant,
+    ) -> Result<Option<Option<Vec<u8>>>, StorageError> {
+        let mut c = connect(&self.config)?;
+        let ctx = "resolving a commit";
+        // A refusal (a role that may not signal it) is not fatal: the process may still end
+        // by itself before the deadline.
+        let _ = c.query(
+            &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {THE_BACKEND}"),
+            &[&backend.pid, &backend.started],
+        );
+        let listed = format!("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE {THE_BACKEND})");
+        loop {
+            let alive: bool = c
+                .query_one(&listed, &[&backend.pid, &backend.started])
+                .map_err(engine_err(ctx))?
+                .get(0);
+            if !alive {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let found = c
+            .query_opt(
+                &format!("SELECT v FROM {} WHERE k = $1", table(ks)),
+                &[&key],
+            )
+            .map_err(engine_err(ctx))?
+            .map(|row| row.get::<_, Vec<u8>>(0));
+        Ok(Some(found))
+    }
+}
+
+/// Refuses a database whose current schema already holds `hitl_*` tables or functions.
+fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageError> {
+    let found: Vec<String> = c
+        .query(
+            "SELECT tablename::text FROM pg_tables \
+             WHERE schemaname = current_schema() AND tablename LIKE 'hitl\\_%' \
+             UNION ALL SELECT proname::text || '()' FROM pg_proc \
+             WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) \
+             AND proname LIKE 'hitl\\_%' ORDER BY 1",
+            &[],
+        )
+        .map_err(engine_err("reading the schema"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if found.iter().any(|t| t == "hitl_ledger") {
+        return Err(StorageError::Incompatible(
+            "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
+        ));
+    }
+    if !found.is_empty() {
+        return Err(StorageError::Incompatible(format!(
+            "the database holds hitl-ledger objects but no ledger ({}): drop them, or name another database",
+            found.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 fn parse_url(url: &str) -> Result<postgres::Config, StorageError> {
@@ -347,6 +458,23 @@ fn connect(config: &postgres::Config) -> Result<Client, StorageError> {
     c.batch_execute("SET synchronous_commit = on; SET statement_timeout = '60s'")
         .map_err(engine_err("configuring the connection"))?;
     Ok(c)
+}
+
+/// A connection for writing, with its server process (see [`PgEngine::resolve`]).
+fn connect_writer(config: &postgres::Config) -> Result<(Client, Backend), StorageError> {
+    let mut c = connect(config)?;
+    let row = c
+        .query_one(
+            "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8 \
+             FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .map_err(engine_err("configuring the connection"))?;
+    let backend = Backend {
+        pid: row.get(0),
+        started: row.get(1),
+    };
+    Ok((c, backend))
 }
 
 fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError> {
@@ -515,7 +643,8 @@ impl Read for PgSnapshot<'_> {
 /// through `FOR UPDATE` on the ledger's row, the one writer across every server.
 struct PgTxn<'a> {
     read: PgRead<'a>,
-    slot: MutexGuard<'a, Option<Client>>,
+    backend: Backend,
+    slot: MutexGuard<'a, Option<(Client, Backend)>>,
 }
 
 impl Read for PgTxn<'_> {
@@ -539,7 +668,7 @@ impl Drop for PgTxn<'_> {
         if let Some(mut c) = self.read.client.borrow_mut().take()
             && c.batch_execute("ROLLBACK").is_ok()
         {
-            *self.slot = Some(c);
+            *self.slot = Some((c, self.backend));
         }
     }
 }
@@ -579,22 +708,24 @@ impl WriteTxn for PgTxn<'_> {
             .borrow_mut()
             .take()
             .ok_or_else(|| StorageError::Retry("the connection was lost".into()))?;
+        let backend = self.backend;
         let result = write_changes(&mut c, &changes);
         if let Err(e) = result {
             let _ = c.batch_execute("ROLLBACK");
             if !c.is_closed() {
-                *self.slot = Some(c);
+                *self.slot = Some((c, backend));
             }
             return Err(e);
         }
         match c.batch_execute("COMMIT") {
             Ok(()) => {
-                *self.slot = Some(c);
+                *self.slot = Some((c, backend));
                 Ok(())
             }
             Err(e) if connection_lost(&e) => {
-                // The outcome is unknown: learn it from the database.
-                if engine.resolve(&changes)? {
+                // The outcome is unknown: settle it, then learn it from the database.
+                drop(c);
+                if engine.resolve(backend, &changes)? {
                     Ok(())
                 } else {
                     Err(StorageError::Retry(format!(
@@ -689,9 +820,9 @@ impl Engine for PgEngine {
 
     fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError> {
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut c = match slot.take() {
-            Some(c) if !c.is_closed() => c,
-            _ => connect(&self.config)?,
+        let (mut c, backend) = match slot.take() {
+            Some((c, b)) if !c.is_closed() => (c, b),
+            _ => connect_writer(&self.config)?,
         };
         let begun = c
             .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
@@ -702,7 +833,7 @@ impl Engine for PgEngine {
             Err(e) => {
                 let _ = c.batch_execute("ROLLBACK");
                 if !c.is_closed() {
-                    *slot = Some(c);
+                    *slot = Some((c, backend));
                 }
                 return Err(match e {
                     StorageError::Unavailable(m) => StorageError::Unavailable(m),
@@ -713,7 +844,7 @@ impl Engine for PgEngine {
         };
         if let Some(m) = self.compare(&row) {
             let _ = c.batch_execute("ROLLBACK");
-            *slot = Some(c);
+            *slot = Some((c, backend));
             return Err(StorageError::Incompatible(m));
         }
         Ok(Box::new(PgTxn {
@@ -721,6 +852,7 @@ impl Engine for PgEngine {
                 engine: self,
                 client: RefCell::new(Some(c)),
             },
+            backend,
             slot,
         }))
     }
@@ -738,18 +870,19 @@ fn must_retry_storage(e: &StorageError) -> bool {
     matches!(e, StorageError::Retry(_))
 }
 
-/// Drops every table of the schema (tests: a fresh database for each ledger).
+/// Drops every table and the function of the schema: a fresh database for each test
+/// ledger, and what a failed `init` created (the database held none of them before).
 ///
 /// # Errors
 /// Engine errors.
 pub fn drop_schema(url: &str) -> Result<(), StorageError> {
     let config = parse_url(url)?;
     let mut c = connect(&config)?;
-    let mut sql = String::from("DROP TABLE IF EXISTS hitl_ledger;");
-    for ks in Keyspace::ALL {
-        sql.push_str(&format!("DROP TABLE IF EXISTS {};", table(ks)));
+    let mut sql = String::from("BEGIN;");
+    for t in schema_objects() {
+        sql.push_str(&format!("DROP TABLE IF EXISTS {t};"));
     }
-    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change();");
+    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change(); COMMIT;");
     c.batch_execute(&sql)
         .map_err(engine_err("dropping the schema"))
 }

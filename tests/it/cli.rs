@@ -213,3 +213,231 @@ fn bundle_verification_never_panics() {
         }
     }
 }
+
+/// The names in a directory, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut n: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    n.sort();
+    n
+}
+
+/// The `hitl_*` tables and functions of a database.
+fn hitl_objects(url: &str) -> Vec<String> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.query(
+        "SELECT tablename::text FROM pg_tables WHERE tablename LIKE 'hitl\\_%' \
+         UNION ALL SELECT proname::text FROM pg_proc WHERE proname LIKE 'hitl\\_%' ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn init_on(dir: &std::path::Path, url: &str) -> (i32, String, String) {
+    run(dir, &["init", "--origin", ORIGIN, "--database", url])
+}
+
+/// Issue 19, defect 10: `init --database` on a database that already holds a ledger failed
+/// but left the keys and the policy behind, and a retry against an empty database failed with
+/// `File exists`. Now it checks the database before writing anything, and a retry succeeds;
+/// for a directory that does not exist and for an empty one alike.
+#[test]
+fn regression_init_on_a_database_holding_a_ledger_leaves_nothing_and_can_be_retried() {
+    let (server, _cluster) = crate::engine::some_pg_server();
+    let taken = crate::engine::fresh_database(&server);
+    let root = tempfile::tempdir().unwrap();
+    let first = root.path().join("first");
+    let (code, _, err) = init_on(&first, &taken);
+    assert_eq!(code, 0, "{err}");
+    let before = hitl_objects(&taken);
+    let absent = root.path().join("absent");
+    let empty = root.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for dir in [&absent, &empty] {
+        let around = names_in(root.path());
+        let (code, _, err) = init_on(dir, &taken);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("already holds a hitl-ledger ledger"), "{err}");
+        assert_eq!(names_in(root.path()), around, "nothing left: {err}");
+        if dir == &empty {
+            assert!(
+                names_in(&empty).is_empty(),
+                "the empty directory stays empty"
+            );
+        }
+        // The retry against an empty database.
+        let (code, _, err) = init_on(dir, &crate::engine::fresh_database(&server));
+        assert_eq!(code, 0, "the retry succeeds: {err}");
+        let (code, _, err) = run(dir, &["verify"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert_eq!(
+        hitl_objects(&taken),
+        before,
+        "the taken database is untouched"
+    );
+    let (code, _, err) = run(&first, &["verify"]);
+    assert_eq!(code, 0, "{err}");
+    // A database with a part of a schema (an init interrupted elsewhere) is refused too.
+    let partial = crate::engine::fresh_database(&server);
+    postgres::Client::connect(&partial, postgres::NoTls)
+        .unwrap()
+        .batch_execute("CREATE TABLE hitl_records (k bytea PRIMARY KEY, v bytea NOT NULL)")
+        .unwrap();
+    let third = root.path().join("third");
+    let (code, _, err) = init_on(&third, &partial);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("hitl_records"), "{err}");
+    assert!(!third.exists());
+}
+
+/// A failure after `init` created the tables (here the size-0 checkpoint's insert fails: an
+/// event trigger adds a failing trigger to `hitl_checkpoints` as it is created) drops them
+/// and leaves no file; once the cause is gone, the same command succeeds.
+#[test]
+fn regression_init_that_fails_after_creating_the_tables_drops_them_and_its_files() {
+    let (server, _cluster) = crate::engine::some_pg_server();
+    let url = crate::engine::fresh_database(&server);
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute(
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           RAISE EXCEPTION 'the test refuses this checkpoint'; END $$; \
+         CREATE FUNCTION test_sabotage() RETURNS event_trigger LANGUAGE plpgsql AS $$ \
+         DECLARE r record; BEGIN \
+           FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP \
+             IF r.object_identity LIKE '%hitl_checkpoints' THEN \
+               EXECUTE 'CREATE TRIGGER test_refuse BEFORE INSERT ON ' || r.object_identity \
+                 || ' FOR EACH ROW EXECUTE FUNCTION test_refuse()'; \
+             END IF; \
+           END LOOP; END $$; \
+         CREATE EVENT TRIGGER test_sabotage ON ddl_command_end WHEN TAG IN ('CREATE TABLE') \
+           EXECUTE FUNCTION test_sabotage()",
+    )
+    .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a/b/ledger");
+    let (code, _, err) = init_on(&dir, &url);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the test refuses this checkpoint"), "{err}");
+    assert!(
+        names_in(root.path()).is_empty(),
+        "no file, no folder left: {:?}",
+        names_in(root.path())
+    );
+    assert_eq!(hitl_objects(&url), Vec::<String>::new(), "no table left");
+    c.batch_execute("DROP EVENT TRIGGER test_sabotage").unwrap();
+    let (code, _, err) = init_on(&dir, &url);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&dir, &["verify"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// A role that may not create tables (PostgreSQL 15 grants no `CREATE` on `public`): the
+/// schema's transaction fails, and no file is left.
+#[test]
+fn regression_init_refused_by_the_database_leaves_no_file() {
+    let (server, _cluster) = crate::engine::some_pg_server();
+    let url = crate::engine::fresh_database(&server);
+    let role = format!("hl_nocreate_{}", rand_suffix() % 1_000_000_000);
+    let mut admin = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .unwrap();
+    let as_role = url.replacen("postgres@", &format!("{role}@"), 1);
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ledger");
+    let (code, _, err) = init_on(&dir, &as_role);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(
+        names_in(root.path()).is_empty(),
+        "{:?}",
+        names_in(root.path())
+    );
+    assert!(hitl_objects(&url).is_empty());
+    let _ = admin.batch_execute(&format!("DROP ROLE {role}"));
+}
+
+/// `init` needs a directory that does not exist or is empty, and leaves anything else as it
+/// was (it used to add its keys beside whatever was there).
+#[test]
+fn init_refuses_a_directory_that_is_not_empty_and_changes_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("full");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let (code, _, err) = run(&dir, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is not empty") && err.contains("notes.txt"),
+        "{err}"
+    );
+    assert_eq!(names_in(&dir), ["notes.txt"]);
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let (code, _, err) = run(&file, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    // A bad origin is refused before anything is made.
+    let (code, _, _) = run(
+        &root.path().join("new"),
+        &["init", "--origin", "bad origin"],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(names_in(root.path()), ["a-file", "full"]);
+    // Folders above a new directory are made; the directory is private.
+    let deep = root.path().join("x/y/ledger");
+    let (code, _, err) = run(&deep, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&deep).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    assert_eq!(
+        names_in(&root.path().join("x/y")),
+        ["ledger"],
+        "no staging left"
+    );
+}
+
+/// Several `init`s of one directory at once: one makes the ledger, the others fail, and
+/// nothing else is left (no staging directory, no second set of keys).
+#[test]
+fn concurrent_inits_of_one_directory_make_one_ledger() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ledger");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(bin())
+                .arg("--data")
+                .arg(&dir)
+                .args(["init", "--origin", ORIGIN, "--format", "json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let won: Vec<_> = outs.iter().filter(|o| o.status.success()).collect();
+    assert_eq!(won.len(), 1, "{outs:?}");
+    let v: Value = serde_json::from_slice(&won[0].stdout).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("verifier.key"))
+            .unwrap()
+            .trim(),
+        v["verifier_key"].as_str().unwrap(),
+        "the winner's keys are the ledger's"
+    );
+    assert_eq!(names_in(root.path()), ["ledger"]);
+    let (code, _, err) = run(&dir, &["verify"]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -18,6 +18,7 @@ mod layering;
 mod ledger;
 mod model;
 mod multi;
+mod pg_commit;
 mod rules;
 mod schemas;
 mod server;

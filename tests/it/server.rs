@@ -766,7 +766,9 @@ fn encoded_v1_paths_are_append_only_too() {
 #[test]
 fn logs_hold_no_token_key_or_redacted_value() {
     let dir = tempfile::tempdir().unwrap();
-    let log_path = dir.path().join("server.log");
+    // Beside the data directory: init needs an empty one.
+    let logs = tempfile::tempdir().unwrap();
+    let log_path = logs.path().join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let (mut child, addr, token) = spawn_binary_server(dir.path(), log.into(), Some("trace"));
     let secret = "DE89370400440532013000";
