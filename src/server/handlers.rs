@@ -277,7 +277,7 @@ async fn dispatch(
     let params = query_params(req.uri().query());
     match route {
         Route::Interrupts => {
-            let (body, _in_flight) = read_json_body(st, req).await?;
+            let (body, _in_flight) = read_json_body(st, &actor.principal, req).await?;
             let op = Op::from_body("interrupt", None, body)?;
             Ok(appended_response(submit(st, op, actor).await?))
         }
@@ -361,7 +361,7 @@ async fn dispatch(
             let mut text = st.ledger.metrics().render();
             text.push_str(&format!(
                 "# HELP hitl_ledger_request_bytes_in_flight Request-body bytes read or being read and not yet answered.\n# TYPE hitl_ledger_request_bytes_in_flight gauge\nhitl_ledger_request_bytes_in_flight {}\n",
-                st.in_flight.load(std::sync::atomic::Ordering::Acquire)
+                st.budget.in_flight()
             ));
             let mut r = text_response(text);
             r.headers_mut().insert(
@@ -380,7 +380,7 @@ async fn write_route(
     req: Request,
     actor: Actor,
 ) -> Result<Response> {
-    let (body, _in_flight) = read_json_body(st, req).await?;
+    let (body, _in_flight) = read_json_body(st, &actor.principal, req).await?;
     let op = Op::from_body(kind, Some(rid), body)?;
     Ok(appended_response(submit(st, op, actor).await?))
 }

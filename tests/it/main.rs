@@ -6,6 +6,7 @@ mod http;
 mod raw;
 mod util;
 
+mod budget;
 mod cli;
 mod crash;
 mod events;
