@@ -19,6 +19,7 @@ mod layering;
 mod ledger;
 mod model;
 mod multi;
+mod paging;
 mod rules;
 mod schemas;
 mod server;
