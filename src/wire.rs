@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::format::record::hex_hash;
 use crate::ledger::op::{Appended, Extra, Outcome, ThreadPage};
 use crate::ledger::proofs::{ConsistencyProof, InclusionProof};
-use crate::ledger::reads::{PendingItem, RequestView};
+use crate::ledger::reads::{PendingItem, RequestPage, RequestView};
 use crate::verify::{BundleReport, Problem, VerifyReport};
 
 /// How many problems `verify --format json` lists (the count is always complete).
@@ -144,6 +144,29 @@ pub fn request(v: &RequestView) -> Value {
     })
 }
 
+/// `GET /v1/requests/{id}?after=&limit=`: `{"next_after"?, "records", "request_id",
+/// "state"}` as compact JSON text, members in byte order of their names, each record its stored
+/// leaf spliced in (canonical JSON, no value tree built): the same JSON value as [`request`]
+/// gives for the same records, with `next_after` when the page was cut.
+pub fn request_page_text(p: &RequestPage) -> String {
+    let leaves: usize = p.records.iter().map(|(_, l)| l.len() + 1).sum();
+    let mut out = String::with_capacity(leaves + p.request_id.len() + 96);
+    out.push('{');
+    if let Some(n) = p.next_after {
+        out.push_str("\"next_after\":");
+        out.push_str(&n.to_string());
+        out.push(',');
+    }
+    out.push_str("\"records\":[");
+    push_leaves(&mut out, p.records.iter().map(|(_, l)| l.as_slice()));
+    out.push_str("],\"request_id\":");
+    out.push_str(&Value::from(p.request_id.as_str()).to_string());
+    out.push_str(",\"state\":");
+    out.push_str(&Value::from(p.state.status.as_str()).to_string());
+    out.push('}');
+    out
+}
+
 /// `GET /v1/threads/{id}/records`: `{"records": [...]}`, with `next_after` when the page was
 /// cut.
 pub fn thread_page(page: &ThreadPage) -> Value {
@@ -157,6 +180,38 @@ pub fn thread_page(page: &ThreadPage) -> Value {
         m.insert("next_after".into(), json!(n));
     }
     Value::Object(m)
+}
+
+/// [`thread_page`] as compact JSON text, each record its stored leaf spliced in (no value tree
+/// built for a page of up to 16 MiB): the same JSON value.
+pub fn thread_page_text(page: &ThreadPage) -> String {
+    let (records, next) = page;
+    let leaves: usize = records.iter().map(|(_, _, l)| l.len() + 1).sum();
+    let mut out = String::with_capacity(leaves + 48);
+    out.push('{');
+    if let Some(n) = next {
+        out.push_str("\"next_after\":");
+        out.push_str(&n.to_string());
+        out.push(',');
+    }
+    out.push_str("\"records\":[");
+    push_leaves(&mut out, records.iter().map(|(_, _, l)| l.as_slice()));
+    out.push_str("]}");
+    out
+}
+
+/// Leaves, comma-separated. A stored leaf is canonical JSON, so UTF-8 (the reads checked that
+/// each reads as a record).
+fn push_leaves<'a>(out: &mut String, leaves: impl Iterator<Item = &'a [u8]>) {
+    for (i, leaf) in leaves.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match std::str::from_utf8(leaf) {
+            Ok(text) => out.push_str(text),
+            Err(_) => out.push_str(&String::from_utf8_lossy(leaf)),
+        }
+    }
 }
 
 /// `GET /v1/proofs/inclusion`: `{"seq", "size", "leaf_hash", "proof"}`.

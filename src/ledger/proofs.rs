@@ -3,10 +3,11 @@
 
 use super::Ledger;
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::bundle::{Bundle, BundleEntry};
+use crate::format::bundle::{BUNDLE_FORMAT, Bundle, BundleEntry};
 use crate::format::merkle::{self, Hash};
 use crate::format::note::ThreadHead;
 use crate::index::{self, Nodes};
+use crate::storage::Read;
 
 /// An inclusion proof of one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,27 +91,8 @@ impl Ledger {
     /// # Errors
     /// `thread_not_found`; storage errors.
     pub fn export(&self, thread_id: &str) -> Result<Bundle> {
-        let thread_missing = || {
-            Error::new(
-                ErrorCode::ThreadNotFound,
-                format!(
-                    "no thread {q_thread_id}",
-                    q_thread_id = crate::codec::quoted(thread_id)
-                ),
-            )
-        };
         let snap = self.engine.snapshot()?;
-        if index::thread_head(&*snap, thread_id)?.is_none() {
-            return Err(thread_missing());
-        }
-        // The checkpoint first: records appended after it are left for the next export.
-        let (_, note) = index::latest_checkpoint(&*snap)?
-            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
-        let note =
-            String::from_utf8(note).map_err(|_| Error::corrupt("checkpoint is not UTF-8"))?;
-        let cp = self
-            .latest_checkpoint_in(&*snap)?
-            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        let (cp, note) = self.export_checkpoint(&*snap, thread_id)?;
         let nodes = Nodes(&*snap);
         let mut records = Vec::new();
         let mut head: Option<Hash> = None;
@@ -119,37 +101,169 @@ impl Ledger {
             if seq >= cp.size {
                 continue;
             }
-            let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
-                Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
-            })?;
-            let proof = merkle::inclusion_proof(&nodes, seq, cp.size)
-                .map_err(|e| Error::corrupt(format!("inclusion proof: {e}")))?;
+            let (leaf, proof) = export_entry(&*snap, &nodes, seq, cp.size)?;
             head = Some(merkle::leaf_hash(&leaf));
             records.push(BundleEntry::new(seq, &leaf, &proof));
         }
-        let head = head.ok_or_else(|| {
-            Error::new(
-                ErrorCode::ThreadNotFound,
-                format!(
-                    "thread {q_thread_id} has no record covered by a checkpoint yet",
-                    q_thread_id = crate::codec::quoted(thread_id)
-                ),
-            )
-        })?;
-        let th = ThreadHead {
-            origin: self.origin().to_string(),
-            thread_id: thread_id.to_string(),
-            size: records.len() as u64,
-            head,
-            tree: cp.size,
-        };
+        let head = head.ok_or_else(|| nothing_covered(thread_id))?;
         Ok(Bundle {
             origin: self.origin().to_string(),
             verifier_key: self.verifier_key(),
             checkpoint: note,
             thread_id: thread_id.to_string(),
-            thread_head: self.sign_note(&th.body())?,
+            thread_head: self.export_head(thread_id, records.len() as u64, head, cp.size)?,
             records,
         })
+    }
+
+    /// Writes the thread's bundle to `out` piece by piece from one snapshot, holding one
+    /// record's entry at a time: exactly the bytes of `serde_json::to_vec(&bundle.to_value())`
+    /// for the [`Ledger::export`] of the same snapshot (compact JSON, members in byte order of
+    /// their names, so `records` comes before `thread_head`, which is signed once the records
+    /// are counted). The errors [`Ledger::export`] answers without a record to show
+    /// (`thread_not_found`, no checkpoint) come before the first byte is written.
+    ///
+    /// # Errors
+    /// `thread_not_found`; storage errors, also `out`'s write errors (the document is then
+    /// unfinished).
+    pub fn export_write(&self, thread_id: &str, out: &mut dyn std::io::Write) -> Result<()> {
+        let snap = self.engine.snapshot()?;
+        let (cp, note) = self.export_checkpoint(&*snap, thread_id)?;
+        // The thread index is in thread order, which is seq order: the first record is covered
+        // when any is.
+        let first = index::thread_seqs(&*snap, thread_id, 0)
+            .next()
+            .transpose()?;
+        if first.is_none_or(|(_, seq)| seq >= cp.size) {
+            return Err(nothing_covered(thread_id));
+        }
+        let nodes = Nodes(&*snap);
+        let mut w = JsonOut(out);
+        w.raw(b"{\"checkpoint\":")?;
+        w.string(&note)?;
+        w.raw(b",\"format\":")?;
+        w.string(BUNDLE_FORMAT)?;
+        w.raw(b",\"origin\":")?;
+        w.string(self.origin())?;
+        w.raw(b",\"records\":[")?;
+        let mut count = 0u64;
+        let mut head: Option<Hash> = None;
+        for item in index::thread_seqs(&*snap, thread_id, 0) {
+            let (_, seq) = item?;
+            if seq >= cp.size {
+                continue;
+            }
+            let (leaf, proof) = export_entry(&*snap, &nodes, seq, cp.size)?;
+            head = Some(merkle::leaf_hash(&leaf));
+            let entry = BundleEntry::new(seq, &leaf, &proof);
+            drop(leaf);
+            if count > 0 {
+                w.raw(b",")?;
+            }
+            w.raw(b"{\"inclusion_proof\":[")?;
+            for (i, h) in entry.inclusion_proof.iter().enumerate() {
+                if i > 0 {
+                    w.raw(b",")?;
+                }
+                w.string(h)?;
+            }
+            w.raw(b"],\"leaf\":")?;
+            w.string(&entry.leaf)?;
+            w.raw(b",\"seq\":")?;
+            w.raw(entry.seq.to_string().as_bytes())?;
+            w.raw(b"}")?;
+            count += 1;
+        }
+        let head = head.ok_or_else(|| nothing_covered(thread_id))?;
+        w.raw(b"],\"thread_head\":")?;
+        w.string(&self.export_head(thread_id, count, head, cp.size)?)?;
+        w.raw(b",\"thread_id\":")?;
+        w.string(thread_id)?;
+        w.raw(b",\"verifier_key\":")?;
+        w.string(&self.verifier_key())?;
+        w.raw(b"}")?;
+        w.0.flush().map_err(write_failed)
+    }
+
+    /// The checkpoint an export is proven against (the latest; records appended after it are
+    /// left for the next export) and its note, once the thread is known to exist.
+    fn export_checkpoint(
+        &self,
+        snap: &dyn Read,
+        thread_id: &str,
+    ) -> Result<(crate::format::note::Checkpoint, String)> {
+        if index::thread_head(snap, thread_id)?.is_none() {
+            return Err(Error::new(
+                ErrorCode::ThreadNotFound,
+                format!(
+                    "no thread {q_thread_id}",
+                    q_thread_id = crate::codec::quoted(thread_id)
+                ),
+            ));
+        }
+        let (_, note) = index::latest_checkpoint(snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        let note =
+            String::from_utf8(note).map_err(|_| Error::corrupt("checkpoint is not UTF-8"))?;
+        let cp = self
+            .latest_checkpoint_in(snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        Ok((cp, note))
+    }
+
+    /// The signed thread head of an export of `size` records ending in `head`, in the tree
+    /// of `tree` records.
+    fn export_head(&self, thread_id: &str, size: u64, head: Hash, tree: u64) -> Result<String> {
+        let th = ThreadHead {
+            origin: self.origin().to_string(),
+            thread_id: thread_id.to_string(),
+            size,
+            head,
+            tree,
+        };
+        self.sign_note(&th.body())
+    }
+}
+
+/// One record of an export: its leaf and its inclusion proof in the tree of `size` records.
+fn export_entry(
+    snap: &dyn Read,
+    nodes: &Nodes<'_>,
+    seq: u64,
+    size: u64,
+) -> Result<(Vec<u8>, Vec<Hash>)> {
+    let leaf = index::leaf(snap, seq)?.ok_or_else(|| {
+        Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
+    })?;
+    let proof = merkle::inclusion_proof(nodes, seq, size)
+        .map_err(|e| Error::corrupt(format!("inclusion proof: {e}")))?;
+    Ok((leaf, proof))
+}
+
+fn nothing_covered(thread_id: &str) -> Error {
+    Error::new(
+        ErrorCode::ThreadNotFound,
+        format!(
+            "thread {q_thread_id} has no record covered by a checkpoint yet",
+            q_thread_id = crate::codec::quoted(thread_id)
+        ),
+    )
+}
+
+fn write_failed(e: std::io::Error) -> Error {
+    Error::storage("writing the export", e)
+}
+
+/// Compact JSON written straight to a writer.
+struct JsonOut<'a>(&'a mut dyn std::io::Write);
+
+impl JsonOut<'_> {
+    fn raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.0.write_all(bytes).map_err(write_failed)
+    }
+
+    /// A JSON string, escaped as `serde_json` escapes it.
+    fn string(&mut self, s: &str) -> Result<()> {
+        serde_json::to_writer(&mut *self.0, s).map_err(|e| Error::storage("writing the export", e))
     }
 }

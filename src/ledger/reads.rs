@@ -24,6 +24,23 @@ pub struct RequestView {
     pub records: Vec<Record>,
 }
 
+/// One page of a request's records (`GET /v1/requests/{id}`), read from one snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestPage {
+    /// The request id.
+    pub request_id: String,
+    /// Its state when the page was read.
+    pub state: RequestState,
+    /// The page's records, in `seq` order: each record's seq and its leaf bytes (canonical
+    /// JSON, checked to read as a record).
+    pub records: Vec<(u64, Vec<u8>)>,
+    /// The last seq of the page, present exactly when the page was cut and more records follow.
+    pub next_after: Option<u64>,
+}
+
+/// The most records of one page of a request or thread (and the default `limit`).
+pub const PAGE_RECORDS: usize = 10_000;
+
 /// One request that needs an answer now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingItem {
@@ -98,6 +115,49 @@ impl Ledger {
             request_id: request_id.to_string(),
             state,
             records,
+        })
+    }
+
+    /// One page of a request's records, read from one snapshot: those with `seq` greater
+    /// than `after`, in `seq` order, at most `limit`, the page ending once its leaves pass
+    /// [`PAGE_BYTES`] (so it holds at most that plus one record); `next_after` when the page
+    /// was cut and more records follow. Writes nothing, also
+    /// when the request's timeout is due ([`RequestState::timeout_due`] tells).
+    ///
+    /// # Errors
+    /// `request_not_found`; `corrupt_store` for a leaf that is missing or does not read;
+    /// storage errors.
+    pub fn request_page(
+        &self,
+        request_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<RequestPage> {
+        let snap = self.engine.snapshot()?;
+        let state = index::request(&*snap, request_id)?.ok_or_else(|| not_found(request_id))?;
+        let seqs = index::request_record_seqs(&*snap, request_id)?;
+        let from = after.map_or(0, |a| seqs.partition_point(|s| *s <= a));
+        let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut next_after = None;
+        for &seq in &seqs[from..] {
+            if records.len() >= limit || bytes > PAGE_BYTES {
+                next_after = records.last().map(|(s, _)| *s);
+                break;
+            }
+            let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
+                Error::corrupt_at(seq, format!("request index names missing record {seq}"))
+            })?;
+            Record::read(&leaf)
+                .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
+            bytes += leaf.len();
+            records.push((seq, leaf));
+        }
+        Ok(RequestPage {
+            request_id: request_id.to_string(),
+            state,
+            records,
+            next_after,
         })
     }
 

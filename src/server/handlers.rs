@@ -15,6 +15,7 @@ use super::routes::{Route, bearer, match_route, query_params, query_u64, segment
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::record::{Actor, Reach, check_id};
 use crate::ledger::events::Audience;
+use crate::ledger::reads::PAGE_RECORDS;
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
 use crate::server::tokens::{Role, TokenEntry};
 use crate::wire;
@@ -298,7 +299,7 @@ async fn dispatch(
     let params = query_params(req.uri().query());
     match route {
         Route::Interrupts => {
-            let (body, _in_flight) = read_json_body(st, req).await?;
+            let (body, _in_flight) = read_json_body(st, &actor.principal, req).await?;
             let op = Op::from_body("interrupt", None, body)?;
             Ok(appended_response(submit(st, op, actor).await?))
         }
@@ -317,14 +318,16 @@ async fn dispatch(
         Route::Request(rid) => {
             path_id("request_id", &rid)?;
             reach_request(st, &actor, &rid).await?;
+            let after = query_u64(&params, "after")?;
+            let limit = page_limit(&params)?;
             let id = rid.clone();
-            let mut v = blocking(st, move |l| l.request_view(&id)).await?;
+            let mut v = blocking(st, move |l| l.request_page(&id, after, limit)).await?;
             // A read never writes: a due timeout goes through the writer's queue first.
             if v.state.timeout_due(st.ledger.now().micros()) {
                 submit(st, Op::Timeout(rid.clone()), Actor::system()).await?;
-                v = blocking(st, move |l| l.request_view(&rid)).await?;
+                v = blocking(st, move |l| l.request_page(&rid, after, limit)).await?;
             }
-            Ok(json_response(200, &wire::request(&v)))
+            Ok(json_text_response(200, wire::request_page_text(&v)))
         }
         Route::Pending => {
             let mut items = blocking(st, |l| l.pending()).await?;
@@ -334,19 +337,16 @@ async fn dispatch(
         Route::ThreadRecords(tid) => {
             path_id("thread_id", &tid)?;
             let after = query_u64(&params, "after")?;
-            let limit = query_u64(&params, "limit")?.unwrap_or(10_000);
-            if !(1..=10_000).contains(&limit) {
-                return Err(Error::new(
-                    ErrorCode::InvalidRequest,
-                    "limit is from 1 to 10000",
-                ));
-            }
+            let limit = page_limit(&params)?;
             if !reaches_thread(st, &actor, &tid).await? {
                 // Another tenant's thread reads as an unknown one.
-                return Ok(json_response(200, &wire::thread_page(&(Vec::new(), None))));
+                return Ok(json_text_response(
+                    200,
+                    wire::thread_page_text(&(Vec::new(), None)),
+                ));
             }
-            let page = blocking(st, move |l| l.thread_records(&tid, after, limit as usize)).await?;
-            Ok(json_response(200, &wire::thread_page(&page)))
+            let page = blocking(st, move |l| l.thread_records(&tid, after, limit)).await?;
+            Ok(json_text_response(200, wire::thread_page_text(&page)))
         }
         Route::ThreadExport(tid) => {
             path_id("thread_id", &tid)?;
@@ -356,8 +356,7 @@ async fn dispatch(
                     format!("no thread {q_tid}", q_tid = crate::codec::quoted(&tid)),
                 ));
             }
-            let bundle = blocking(st, move |l| l.export(&tid)).await?;
-            Ok(json_response(200, &bundle.to_value()))
+            export_response(st, tid).await
         }
         Route::Checkpoint => Ok(text_response(blocking(st, |l| l.checkpoint()).await?)),
         Route::Events => {
@@ -394,7 +393,7 @@ async fn dispatch(
             let mut text = st.ledger.metrics().render();
             text.push_str(&format!(
                 "# HELP hitl_ledger_request_bytes_in_flight Request-body bytes read or being read and not yet answered.\n# TYPE hitl_ledger_request_bytes_in_flight gauge\nhitl_ledger_request_bytes_in_flight {}\n",
-                st.in_flight.load(std::sync::atomic::Ordering::Acquire)
+                st.budget.in_flight()
             ));
             let mut r = text_response(text);
             r.headers_mut().insert(
@@ -413,7 +412,137 @@ async fn write_route(
     req: Request,
     actor: Actor,
 ) -> Result<Response> {
-    let (body, _in_flight) = read_json_body(st, req).await?;
+    let (body, _in_flight) = read_json_body(st, &actor.principal, req).await?;
     let op = Op::from_body(kind, Some(rid), body)?;
     Ok(appended_response(submit(st, op, actor).await?))
+}
+
+/// A page's `limit` query parameter: 1 to [`PAGE_RECORDS`], that by default.
+fn page_limit(params: &[(String, String)]) -> Result<usize> {
+    let limit = query_u64(params, "limit")?.unwrap_or(PAGE_RECORDS as u64);
+    if !(1..=PAGE_RECORDS as u64).contains(&limit) {
+        return Err(Error::new(
+            ErrorCode::InvalidRequest,
+            format!("limit is from 1 to {PAGE_RECORDS}"),
+        ));
+    }
+    Ok(limit as usize)
+}
+
+/// How long an export waits for its reader to take the next piece before it gives up (the
+/// document is then left unfinished and the connection closed).
+const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The pieces an export is sent in (a piece holds at least one whole record entry).
+const EXPORT_PIECE: usize = 256 << 10;
+
+/// `GET /v1/threads/{id}/export`: the bundle written piece by piece from one snapshot
+/// ([`Ledger::export_write`]) into the answer, so the server holds a few pieces of it, never
+/// the whole document. An error found before the first byte (`thread_not_found`) is the
+/// answer; one found later ends the connection with the document unfinished.
+async fn export_response(st: &Arc<AppState>, tid: String) -> Result<Response> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes>>(2);
+    let ledger = Arc::clone(&st.ledger);
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut sink = ExportSink {
+            tx,
+            handle,
+            piece: Vec::new(),
+            gone: false,
+        };
+        let mut written = ledger.export_write(&tid, &mut sink);
+        if written.is_ok() && sink.send_piece().is_err() {
+            written = Err(Error::new(ErrorCode::Internal, "the export's reader left"));
+        }
+        if let Err(e) = written
+            && !sink.gone
+        {
+            if e.code().http_status() >= 500 {
+                tracing::error!(code = e.code().as_str(), "export failed: {}", e.message());
+            }
+            let tx = sink.tx.clone();
+            let _ = sink
+                .handle
+                .block_on(tokio::time::timeout(EXPORT_STALL, tx.send(Err(e))));
+        }
+    });
+    let first = match rx.recv().await {
+        None => {
+            return Err(Error::new(
+                ErrorCode::Internal,
+                "the export ended unanswered",
+            ));
+        }
+        Some(Err(e)) => return Err(e),
+        Some(Ok(piece)) => piece,
+    };
+    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| {
+            (
+                item.map_err(|e| std::io::Error::other(e.message().to_string())),
+                rx,
+            )
+        })
+    });
+    let pieces = futures_util::stream::StreamExt::chain(
+        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }),
+        rest,
+    );
+    let mut r = Response::new(Body::from_stream(pieces));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(r)
+}
+
+/// Where an export writes: pieces of [`EXPORT_PIECE`] bytes handed to the answer's body, each
+/// waiting at most [`EXPORT_STALL`] for room.
+struct ExportSink {
+    tx: tokio::sync::mpsc::Sender<Result<axum::body::Bytes>>,
+    handle: tokio::runtime::Handle,
+    piece: Vec<u8>,
+    /// The reader left (or stalled): nothing more is sent.
+    gone: bool,
+}
+
+impl ExportSink {
+    fn send_piece(&mut self) -> std::io::Result<()> {
+        if self.gone {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        if self.piece.is_empty() {
+            return Ok(());
+        }
+        let piece = axum::body::Bytes::from(std::mem::take(&mut self.piece));
+        let tx = self.tx.clone();
+        match self
+            .handle
+            .block_on(tokio::time::timeout(EXPORT_STALL, tx.send(Ok(piece))))
+        {
+            Ok(Ok(())) => Ok(()),
+            _ => {
+                self.gone = true;
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+        }
+    }
+}
+
+impl std::io::Write for ExportSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.gone {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        self.piece.extend_from_slice(buf);
+        if self.piece.len() >= EXPORT_PIECE {
+            self.send_piece()?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

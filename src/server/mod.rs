@@ -22,15 +22,13 @@ use std::time::Duration;
 
 use axum::Router;
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::format::record::Actor;
 use crate::ledger::commit::{CommitConfig, Committer};
 use crate::ledger::{Ledger, Op};
-use crate::model::request::MAX_BODY_BYTES;
 use crate::server::tokens::{TokenEntry, Tokens};
 
-use body::InFlight;
-pub use body::MAX_IN_FLIGHT_BYTES;
+pub use body::{BODY_GRACE, BODY_MIN_RATE, BodyTiming, MAX_IN_FLIGHT_BYTES, SHARE_DIVISOR};
 
 /// Shared state of the server.
 pub struct AppState {
@@ -38,10 +36,10 @@ pub struct AppState {
     committer: Committer,
     tokens: std::sync::RwLock<Tokens>,
     tokens_file: Option<TokensFile>,
-    /// Request-body bytes read or being read and not yet answered, across all connections.
-    in_flight: Arc<std::sync::atomic::AtomicUsize>,
-    /// The most body bytes in flight before writes answer 503 `overloaded`.
-    max_in_flight: usize,
+    /// Request-body bytes read or being read and not yet answered: in total and per principal.
+    budget: body::Budget,
+    /// How fast a request body must arrive.
+    body_timing: BodyTiming,
     /// Bumped after every local commit: wakes the event streams that have caught up.
     commits: tokio::sync::watch::Sender<u64>,
     /// Set when the server stops: the event streams end, so graceful shutdown can finish.
@@ -94,8 +92,8 @@ impl AppState {
             ledger,
             tokens: std::sync::RwLock::new(tokens),
             tokens_file: None,
-            in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            max_in_flight: MAX_IN_FLIGHT_BYTES,
+            budget: body::Budget::new(MAX_IN_FLIGHT_BYTES),
+            body_timing: BodyTiming::default(),
             commits: tokio::sync::watch::Sender::new(0),
             stopping: tokio::sync::watch::Sender::new(false),
             stream_timing: events::StreamTiming::default(),
@@ -119,39 +117,17 @@ impl AppState {
         self.stopping.send_replace(true);
     }
 
-    /// Bounds the request-body bytes in flight (default [`MAX_IN_FLIGHT_BYTES`]).
+    /// Bounds the request-body bytes in flight (default [`MAX_IN_FLIGHT_BYTES`]; at least one
+    /// body of the largest size), one principal holding at most 1 / [`SHARE_DIVISOR`] of them.
     pub fn with_max_in_flight(mut self, bytes: usize) -> AppState {
-        self.max_in_flight = bytes.max(MAX_BODY_BYTES);
+        self.budget = body::Budget::new(bytes);
         self
     }
 
-    /// Reserves `bytes` of body, or refuses with `overloaded` when the bound would be passed.
-    fn reserve(&self, bytes: usize) -> Result<InFlight> {
-        use std::sync::atomic::Ordering;
-        let mut current = self.in_flight.load(Ordering::Acquire);
-        loop {
-            if current.saturating_add(bytes) > self.max_in_flight {
-                self.ledger.metrics().record_overload();
-                return Err(Error::new(
-                    ErrorCode::Overloaded,
-                    "too many request bytes are in flight; retry later",
-                ));
-            }
-            match self.in_flight.compare_exchange_weak(
-                current,
-                current + bytes,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Ok(InFlight {
-                        counter: Arc::clone(&self.in_flight),
-                        bytes,
-                    });
-                }
-                Err(now) => current = now,
-            }
-        }
+    /// Sets how fast a request body must arrive (default [`BODY_GRACE`], [`BODY_MIN_RATE`]).
+    pub fn with_body_timing(mut self, timing: BodyTiming) -> AppState {
+        self.body_timing = timing;
+        self
     }
 
     /// Reloads the tokens from `path` whenever the file changes (looked at once a second at

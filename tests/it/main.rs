@@ -6,6 +6,7 @@ mod http;
 mod raw;
 mod util;
 
+mod budget;
 mod cli;
 mod crash;
 mod events;
@@ -18,6 +19,7 @@ mod layering;
 mod ledger;
 mod model;
 mod multi;
+mod paging;
 mod pg_commit;
 mod rules;
 mod schemas;
