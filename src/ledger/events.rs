@@ -87,23 +87,47 @@ impl EventFeed {
     /// # Errors
     /// Storage errors; `corrupt_store` for a record key or leaf that cannot be read.
     pub fn next(&mut self, ledger: &Ledger, after: Option<u64>) -> Result<Batch> {
+        self.next_within(ledger, after, usize::MAX)
+    }
+
+    /// As [`EventFeed::next`], the leaves returned totalling at most `max_bytes` (the first
+    /// record for the audience is returned whatever its size): a stream reads only what its
+    /// buffer has room for. A batch cut by the bound is `full`.
+    ///
+    /// # Errors
+    /// As [`EventFeed::next`].
+    pub fn next_within(
+        &mut self,
+        ledger: &Ledger,
+        after: Option<u64>,
+        max_bytes: usize,
+    ) -> Result<Batch> {
         let Some(start) = after.map_or(Some(0), |a| a.checked_add(1)) else {
             return Ok(Batch::default());
         };
         let snap = ledger.engine().snapshot()?;
         let mut batch = Batch::default();
+        let mut bytes = 0usize;
         for item in snap.scan(Keyspace::Records, &start.to_be_bytes()) {
             let (k, leaf) = item.map_err(Error::from)?;
             let seq = crate::codec::read_be(&k)
                 .filter(|_| k.len() == 8)
                 .ok_or_else(|| Error::corrupt("a records key is not 8 bytes"))?;
-            batch.scanned_to = Some(seq);
             if self.wants(&*snap, seq, &leaf)? {
+                if !batch.events.is_empty() && bytes.saturating_add(leaf.len()) > max_bytes {
+                    // Not looked at as far as the caller knows: the next read starts here.
+                    batch.full = true;
+                    break;
+                }
+                bytes = bytes.saturating_add(leaf.len());
+                batch.scanned_to = Some(seq);
                 batch.events.push(Event {
                     seq,
                     leaf_hash: merkle::leaf_hash(&leaf),
                     leaf,
                 });
+            } else {
+                batch.scanned_to = Some(seq);
             }
             if seq - start + 1 >= MAX_BATCH as u64 {
                 batch.full = true;
