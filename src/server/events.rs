@@ -1125,11 +1125,8 @@ mod tests {
         signals.tokens.send_modify(|n| *n += 1);
         // At most the frame already taken; then the comment and the end.
         let mut after = Vec::new();
-        loop {
-            match chunk(&mut body).await.unwrap() {
-                Some(c) => after.push(c),
-                None => break,
-            }
+        while let Some(c) = chunk(&mut body).await.unwrap() {
+            after.push(c);
         }
         assert_eq!(after.last().map(|c| &c[..]), Some(TOKEN_GONE));
         assert!(

@@ -1089,3 +1089,27 @@ fn integer_query_parameters_are_canonical_decimal() {
         assert_eq!(get(s.addr, path, s.t("auditor")).status, 200, "{path}");
     }
 }
+
+/// The stream bounds of `serve` refuse values that cannot work, before anything starts.
+#[test]
+fn serve_refuses_stream_bounds_that_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (
+            vec!["--stream-buffer-bytes", "1000"],
+            "--stream-buffer-bytes",
+        ),
+        (vec!["--max-streams", "0"], "--max-streams"),
+        (vec!["--max-streams-per-principal", "0"], "--max-streams"),
+        (
+            vec!["--stream-stall-seconds", "0"],
+            "--stream-stall-seconds",
+        ),
+    ] {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend(args.iter().copied());
+        let (code, _, err) = run(dir.path(), &all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
