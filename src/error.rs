@@ -63,6 +63,9 @@ pub enum ErrorCode {
     /// A write or sync failed earlier: the outcome of that write is unknown, and the server
     /// accepts no write until it is restarted and has reopened the store (reads go on).
     Unwritable,
+    /// The server's tokens file does not load (unreadable or malformed): every bearer token
+    /// is refused until it does. Only on `/healthz`.
+    TokensFile,
     /// Bad command-line usage or configuration (CLI only).
     Usage,
     /// The data directory is missing, already initialized, or held by another process.
@@ -107,6 +110,7 @@ impl ErrorCode {
             UnsupportedMediaType => "unsupported_media_type",
             Overloaded => "overloaded",
             Unwritable => "unwritable",
+            TokensFile => "tokens_file",
             Usage => "usage",
             DataDir => "data_dir",
             Storage => "storage_error",
@@ -129,7 +133,7 @@ impl ErrorCode {
             Conflict | IdempotencyConflict | IdentifierInUse => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,
-            Overloaded | Unwritable | DataDir => 503,
+            Overloaded | Unwritable | TokensFile | DataDir => 503,
             Storage | Corrupt | Internal => 500,
         }
     }
@@ -336,6 +340,8 @@ mod tests {
         assert_eq!(ErrorCode::Conflict.as_str(), "conflict");
         assert_eq!(ErrorCode::Unwritable.http_status(), 503);
         assert_eq!(ErrorCode::Unwritable.as_str(), "unwritable");
+        assert_eq!(ErrorCode::TokensFile.http_status(), 503);
+        assert_eq!(ErrorCode::TokensFile.as_str(), "tokens_file");
     }
 
     #[test]

@@ -79,30 +79,61 @@ impl EventFeed {
     /// Storage errors; `corrupt_store` for a record key or leaf that cannot be read, or an
     /// index entry naming a missing record.
     pub fn next(&mut self, ledger: &Ledger, after: Option<u64>) -> Result<Batch> {
+        self.next_within(ledger, after, usize::MAX)
+    }
+
+    /// As [`EventFeed::next`], the leaves returned totalling at most `max_bytes` (the first
+    /// record for the audience is returned whatever its size): a stream reads only what its
+    /// buffer has room for. A batch cut by the bound is `full`.
+    ///
+    /// # Errors
+    /// As [`EventFeed::next`].
+    pub fn next_within(
+        &mut self,
+        ledger: &Ledger,
+        after: Option<u64>,
+        max_bytes: usize,
+    ) -> Result<Batch> {
         let Some(start) = after.map_or(Some(0), |a| a.checked_add(1)) else {
             return Ok(Batch::default());
         };
         let snap = ledger.engine().snapshot()?;
         match &self.audience {
-            Audience::Everything => everything(&*snap, start),
-            Audience::Tenants(ts) => tenants(&*snap, ts, start),
+            Audience::Everything => everything(&*snap, start, max_bytes),
+            Audience::Tenants(ts) => tenants(&*snap, ts, start, max_bytes),
         }
     }
 }
 
-fn everything(snap: &dyn Read, start: u64) -> Result<Batch> {
+/// Adds `leaf` at `seq` unless it would take the batch past `max_bytes` (a batch always takes
+/// its first record); false when the batch is full.
+fn take(batch: &mut Batch, bytes: &mut usize, max_bytes: usize, seq: u64, leaf: Vec<u8>) -> bool {
+    if !batch.events.is_empty() && bytes.saturating_add(leaf.len()) > max_bytes {
+        // Not looked at as far as the caller knows: the next read starts here.
+        batch.full = true;
+        return false;
+    }
+    *bytes = bytes.saturating_add(leaf.len());
+    batch.scanned_to = Some(seq);
+    batch.events.push(Event {
+        seq,
+        leaf_hash: merkle::leaf_hash(&leaf),
+        leaf,
+    });
+    true
+}
+
+fn everything(snap: &dyn Read, start: u64, max_bytes: usize) -> Result<Batch> {
     let mut batch = Batch::default();
+    let mut bytes = 0usize;
     for item in snap.scan(Keyspace::Records, &start.to_be_bytes()) {
         let (k, leaf) = item.map_err(Error::from)?;
         let seq = crate::codec::read_be(&k)
             .filter(|_| k.len() == 8)
             .ok_or_else(|| Error::corrupt("a records key is not 8 bytes"))?;
-        batch.scanned_to = Some(seq);
-        batch.events.push(Event {
-            seq,
-            leaf_hash: merkle::leaf_hash(&leaf),
-            leaf,
-        });
+        if !take(&mut batch, &mut bytes, max_bytes, seq, leaf) {
+            break;
+        }
         if batch.events.len() >= MAX_BATCH {
             batch.full = true;
             break;
@@ -113,24 +144,25 @@ fn everything(snap: &dyn Read, start: u64) -> Result<Batch> {
 
 /// The tenants' records from `start` on: each tenant's index read up to [`MAX_BATCH`] entries,
 /// merged, and cut at the lowest last seq of a tenant whose read stopped at the bound (every
-/// record up to it is then known), so no record is skipped and none is sent twice.
-fn tenants(snap: &dyn Read, tenants: &[String], start: u64) -> Result<Batch> {
+/// record up to it is then known), so no record is skipped and none is sent twice; then the
+/// leaves, up to `max_bytes`.
+fn tenants(snap: &dyn Read, tenants: &[String], start: u64, max_bytes: usize) -> Result<Batch> {
     let mut seqs: Vec<u64> = Vec::new();
     let mut cut: Option<u64> = None;
     for t in tenants {
         let mut n = 0usize;
-        let mut last = None;
+        let mut last = start;
         for seq in index::tenant_seqs(snap, t, start) {
             let seq = seq?;
             seqs.push(seq);
-            last = Some(seq);
+            last = seq;
             n += 1;
             if n >= MAX_BATCH {
                 break;
             }
         }
         if n >= MAX_BATCH {
-            cut = Some(cut.map_or(last.unwrap_or(start), |c: u64| c.min(last.unwrap_or(start))));
+            cut = Some(cut.map_or(last, |c: u64| c.min(last)));
         }
     }
     seqs.sort_unstable();
@@ -145,15 +177,17 @@ fn tenants(snap: &dyn Read, tenants: &[String], start: u64) -> Result<Batch> {
         let head = index::record_count(snap)?;
         batch.scanned_to = head.checked_sub(1).filter(|h| *h >= start);
     }
+    let looked_to = batch.scanned_to;
+    let mut bytes = 0usize;
     for seq in seqs {
         let leaf = index::leaf(snap, seq)?.ok_or_else(|| {
             Error::corrupt_at(seq, format!("the tenant index names missing record {seq}"))
         })?;
-        batch.events.push(Event {
-            seq,
-            leaf_hash: merkle::leaf_hash(&leaf),
-            leaf,
-        });
+        if !take(&mut batch, &mut bytes, max_bytes, seq, leaf) {
+            return Ok(batch);
+        }
     }
+    // Every record up to what was looked at is delivered or not the audience's.
+    batch.scanned_to = looked_to;
     Ok(batch)
 }

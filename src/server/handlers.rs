@@ -17,7 +17,7 @@ use crate::format::record::{Actor, Reach, check_id};
 use crate::ledger::events::Audience;
 use crate::ledger::reads::PAGE_RECORDS;
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
-use crate::server::tokens::{Role, TokenEntry};
+use crate::server::tokens::{Role, TokenEntry, token_hash};
 use crate::wire;
 
 fn json_response(status: u16, v: &Value) -> Response {
@@ -91,10 +91,17 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
     }
     if path == "/healthz" {
         return if req.method() == Method::GET || req.method() == Method::HEAD {
-            match st.ledger.write_refusal() {
+            // The tokens file first: while it does not load, no token is accepted at all.
+            let tokens = (!st.tokens_file_ok()).then(|| {
+                Error::new(
+                    ErrorCode::TokensFile,
+                    "the tokens file does not load; every bearer token is refused until it does",
+                )
+            });
+            match tokens.or_else(|| st.ledger.write_refusal()) {
                 None => json_response(200, &json!({"ok": true})),
-                // Alive, serving reads, but accepting no write: a load balancer should send
-                // writes elsewhere.
+                // Alive, serving reads, but accepting no write (or no token): a load balancer
+                // should send requests elsewhere.
                 Some(e) => json_response(
                     503,
                     &json!({"ok": false, "error": e.code().as_str(), "message": e.message()}),
@@ -365,7 +372,15 @@ async fn dispatch(
                 Reach::All => Audience::Everything,
                 Reach::Only(ts) => Audience::Tenants(ts.clone()),
             };
-            Ok(super::events::respond(st, audience, after))
+            // The stream looks its token up again on every reload of the tokens file.
+            let token = bearer(req.headers())
+                .map(token_hash)
+                .ok_or_else(|| Error::new(ErrorCode::Internal, "the stream's token was lost"))?;
+            super::events::respond(st, audience, after, token, entry).inspect_err(|e| {
+                if e.code() == ErrorCode::Overloaded {
+                    st.ledger.metrics().record_overload();
+                }
+            })
         }
         Route::Inclusion => {
             let seq = query_u64(&params, "seq")?.ok_or_else(|| {
@@ -395,6 +410,8 @@ async fn dispatch(
                 "# HELP hitl_ledger_request_bytes_in_flight Request-body bytes read or being read and not yet answered.\n# TYPE hitl_ledger_request_bytes_in_flight gauge\nhitl_ledger_request_bytes_in_flight {}\n",
                 st.budget.in_flight()
             ));
+            text.push_str(&st.render_tokens_metrics());
+            text.push_str(&st.streams.render());
             let mut r = text_response(text);
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -40,20 +40,38 @@ pub struct AppState {
     budget: body::Budget,
     /// How fast a request body must arrive.
     body_timing: BodyTiming,
+    /// False while the watched tokens file does not load: every bearer token is refused
+    /// (fail closed) until it loads again.
+    tokens_ok: std::sync::atomic::AtomicBool,
+    /// Loads of the tokens file that failed (each version of the file counted once).
+    tokens_failures: std::sync::atomic::AtomicU64,
+    /// Bumped after every reload of the tokens (or a failed one): open event streams look
+    /// their token up again.
+    tokens_changed: tokio::sync::watch::Sender<u64>,
     /// Bumped after every local commit: wakes the event streams that have caught up.
     commits: tokio::sync::watch::Sender<u64>,
     /// Set when the server stops: the event streams end, so graceful shutdown can finish.
     stopping: tokio::sync::watch::Sender<bool>,
     /// Heartbeat and poll intervals of the event streams.
     stream_timing: events::StreamTiming,
+    /// The event streams: their limits and gauges.
+    streams: Arc<events::Streams>,
 }
 
 /// The tokens file the server watches, so `token add` (or removing a line) takes effect
 /// without a restart.
 struct TokensFile {
     path: std::path::PathBuf,
-    /// When the file was last looked at, and what it was then.
-    seen: std::sync::Mutex<(std::time::Instant, Option<FileStamp>)>,
+    /// When the file was last looked at, what it was then, and whether it loaded.
+    seen: std::sync::Mutex<Seen>,
+}
+
+/// The last look at the tokens file.
+struct Seen {
+    at: std::time::Instant,
+    stamp: Option<FileStamp>,
+    /// The last load failed: it is tried again at every look, changed or not.
+    failed: bool,
 }
 
 /// What tells one version of the tokens file from the next: its modification time, length,
@@ -94,10 +112,20 @@ impl AppState {
             tokens_file: None,
             budget: body::Budget::new(MAX_IN_FLIGHT_BYTES),
             body_timing: BodyTiming::default(),
+            tokens_ok: std::sync::atomic::AtomicBool::new(true),
+            tokens_failures: std::sync::atomic::AtomicU64::new(0),
+            tokens_changed: tokio::sync::watch::Sender::new(0),
             commits: tokio::sync::watch::Sender::new(0),
             stopping: tokio::sync::watch::Sender::new(false),
             stream_timing: events::StreamTiming::default(),
+            streams: Arc::new(events::Streams::new(events::StreamLimits::default())),
         }
+    }
+
+    /// Sets the event streams' bounds (default [`events::StreamLimits::default`]).
+    pub fn with_stream_limits(mut self, limits: events::StreamLimits) -> AppState {
+        self.streams = Arc::new(events::Streams::new(limits));
+        self
     }
 
     /// Sets the event streams' heartbeat and poll intervals (defaults
@@ -130,42 +158,100 @@ impl AppState {
         self
     }
 
-    /// Reloads the tokens from `path` whenever the file changes (looked at once a second at
-    /// most). A file that no longer parses keeps the tokens loaded before, with a warning.
+    /// Reloads the tokens from `path` whenever the file changes (looked at once a second, by
+    /// `serve` and before authenticating). A missing file is no tokens. A file that cannot be
+    /// read or parsed fails closed: no token is accepted until it loads again (`/healthz`
+    /// answers 503 `tokens_file` meanwhile), so a removed token never outlives a bad edit.
     pub fn watch_tokens_file(mut self, path: &std::path::Path) -> AppState {
         let stamp = FileStamp::of(path);
         self.tokens_file = Some(TokensFile {
             path: path.to_path_buf(),
-            seen: std::sync::Mutex::new((std::time::Instant::now(), stamp)),
+            seen: std::sync::Mutex::new(Seen {
+                at: std::time::Instant::now(),
+                stamp,
+                failed: false,
+            }),
         });
         self
     }
 
-    fn authenticate(&self, token: &str) -> Option<TokenEntry> {
-        if let Some(f) = &self.tokens_file {
-            let mut seen = f.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if seen.0.elapsed() >= TOKENS_RECHECK {
-                seen.0 = std::time::Instant::now();
-                let stamp = FileStamp::of(&f.path);
-                if stamp != seen.1 {
-                    match Tokens::load(&f.path) {
-                        Ok(t) => {
-                            *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = t;
-                            seen.1 = stamp;
-                            tracing::info!(path = %f.path.display(), "reloaded the tokens file");
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "the tokens file no longer loads; keeping the tokens loaded before")
-                        }
-                    }
+    /// Looks at the tokens file when `at_most_every` passed since the last look, and reloads it
+    /// when it changed (or the last load failed). Open event streams are told.
+    fn reload_tokens(&self, at_most_every: Duration) {
+        let Some(f) = &self.tokens_file else { return };
+        let mut seen = f.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.at.elapsed() < at_most_every {
+            return;
+        }
+        seen.at = std::time::Instant::now();
+        let stamp = FileStamp::of(&f.path);
+        if stamp == seen.stamp && !seen.failed {
+            return;
+        }
+        let changed = stamp != seen.stamp;
+        seen.stamp = stamp;
+        let loaded = Tokens::load(&f.path);
+        let ok = loaded.is_ok();
+        match loaded {
+            Ok(t) => {
+                *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = t;
+                if seen.failed {
+                    tracing::info!(path = %f.path.display(), "the tokens file loads again");
+                } else {
+                    tracing::info!(path = %f.path.display(), "reloaded the tokens file");
+                }
+            }
+            Err(e) => {
+                // Fail closed: no token stays valid on the strength of a file that is gone.
+                *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = Tokens::default();
+                if changed || !seen.failed {
+                    self.tokens_failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::error!(error = %e, "the tokens file does not load: every bearer token is refused until it does");
                 }
             }
         }
+        seen.failed = !ok;
+        self.tokens_ok
+            .store(ok, std::sync::atomic::Ordering::Release);
+        // After the tokens are replaced: a stream told looks up the new ones.
+        self.tokens_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// False while the watched tokens file does not load (every token is refused).
+    pub fn tokens_file_ok(&self) -> bool {
+        self.tokens_ok.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The tokens file's gauge and counter, Prometheus text.
+    fn render_tokens_metrics(&self) -> String {
+        format!(
+            "# HELP hitl_ledger_tokens_file_ok 1 while the tokens file loads, 0 while it does not (every bearer token, this scrape's included, is then refused: /healthz says so).\n# TYPE hitl_ledger_tokens_file_ok gauge\nhitl_ledger_tokens_file_ok {}\n# HELP hitl_ledger_tokens_file_failures_total Reloads of the tokens file that failed (each version of the file once).\n# TYPE hitl_ledger_tokens_file_failures_total counter\nhitl_ledger_tokens_file_failures_total {}\n",
+            u8::from(self.tokens_file_ok()),
+            self.tokens_failures
+                .load(std::sync::atomic::Ordering::Relaxed)
+        )
+    }
+
+    fn authenticate(&self, token: &str) -> Option<TokenEntry> {
+        self.reload_tokens(TOKENS_RECHECK);
         self.tokens
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .authenticate(token)
             .cloned()
+    }
+
+    /// True while the token whose SHA-256 is `hash` is loaded with the very entry `entry`
+    /// (same principal, role and scope): an event stream opened with it may go on.
+    fn token_still_valid(&self, hash: &[u8; 32], entry: &TokenEntry) -> bool {
+        self.tokens_file_ok()
+            && self
+                .tokens
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .by_hash(hash)
+                .is_some_and(|e| e == entry)
     }
 
     /// Commits everything queued and stops the writer.
@@ -227,6 +313,19 @@ pub async fn serve(
             }
         })
     };
+    // The tokens file is looked at every second even when no request comes, so an open
+    // stream ends within about a second of its token's removal.
+    let reloader = {
+        let st = Arc::clone(&state);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TOKENS_RECHECK);
+            loop {
+                tick.tick().await;
+                let s = Arc::clone(&st);
+                let _ = tokio::task::spawn_blocking(move || s.reload_tokens(Duration::ZERO)).await;
+            }
+        })
+    };
     let app = router(Arc::clone(&state));
     let streams = Arc::clone(&state);
     let shutdown = async move {
@@ -240,6 +339,8 @@ pub async fn serve(
         .map_err(|e| Error::storage("serving", e));
     sweeper.abort();
     let _ = sweeper.await;
+    reloader.abort();
+    let _ = reloader.await;
     match Arc::try_unwrap(state) {
         Ok(mut s) => s.shutdown(),
         Err(s) => {

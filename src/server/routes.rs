@@ -139,18 +139,68 @@ pub fn query_params(q: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A non-negative integer query parameter.
+/// Parses an integer of a query or of `Last-Event-ID`: canonical decimal only (`0` or `[1-9][0-9]*`, no sign, no leading
+/// zero, no space), within `u64`.
+pub fn parse_canonical_u64(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let canonical = match b {
+        [] => false,
+        [b'0'] => true,
+        [first, rest @ ..] => {
+            (b'1'..=b'9').contains(first) && rest.iter().all(|c| c.is_ascii_digit())
+        }
+    };
+    if canonical { s.parse().ok() } else { None }
+}
+
+/// A non-negative integer query parameter, in canonical decimal: `0` or `[1-9][0-9]*` (no
+/// sign, no leading zero, no space), as every integer of a query (protocol 11.2).
 ///
 /// # Errors
 /// `invalid_request` when it is not one.
 pub fn query_u64(params: &[(String, String)], name: &str) -> Result<Option<u64>> {
     match params.iter().find(|(k, _)| k == name) {
         None => Ok(None),
-        Some((_, v)) => v.parse::<u64>().map(Some).map_err(|_| {
-            Error::new(
-                ErrorCode::InvalidRequest,
-                format!("query parameter {name} must be a non-negative integer"),
-            )
-        }),
+        Some((_, v)) => parse_canonical_u64(v)
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "query parameter {name} must be a non-negative decimal integer (0, or digits without a leading zero)"
+                    ),
+                )
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_of_a_query_are_canonical_decimal() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("10", Some(10)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            ("", None),
+            ("+3", None),
+            ("-0", None),
+            ("0003", None),
+            ("00", None),
+            (" 3", None),
+            ("3 ", None),
+            ("3e2", None),
+            ("0x10", None),
+            ("\u{663}", None),
+        ] {
+            assert_eq!(parse_canonical_u64(text), want, "{text:?}");
+            let params = vec![("after".to_string(), text.to_string())];
+            assert_eq!(query_u64(&params, "after").ok().flatten(), want, "{text:?}");
+        }
+        assert_eq!(query_u64(&[], "after").unwrap(), None);
     }
 }

@@ -184,10 +184,15 @@ impl Tokens {
 
     /// The entry whose hash matches `token`, compared in constant time over every entry.
     pub fn authenticate(&self, token: &str) -> Option<&TokenEntry> {
-        let h = token_hash(token);
+        self.by_hash(&token_hash(token))
+    }
+
+    /// The entry of the token whose SHA-256 is `h`, compared in constant time over every
+    /// entry (an open event stream looks its token up again when the file is reloaded).
+    pub fn by_hash(&self, h: &[u8; 32]) -> Option<&TokenEntry> {
         let mut found = None;
         for (eh, e) in &self.entries {
-            if bool::from(eh.ct_eq(&h)) {
+            if bool::from(eh.ct_eq(h)) {
                 found = Some(e);
             }
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hitl_ledger::format::merkle::leaf_hash;
 use hitl_ledger::format::record::hex_hash;
-use hitl_ledger::server::events::StreamTiming;
+use hitl_ledger::server::events::{StreamLimits, StreamTiming};
 use hitl_ledger::server::tokens::{Role, add_token};
 use serde_json::{Value, json};
 
@@ -39,6 +39,9 @@ struct Sse {
     /// Bytes left in the current chunk.
     chunk_left: usize,
     ended: bool,
+    /// Takes a connection closed in the middle of the response (a dropped stream) as the end,
+    /// instead of failing.
+    tolerate_abort: bool,
 }
 
 /// What [`open`] got back: the status, the headers, the reader (on 200) and the body bytes
@@ -91,6 +94,7 @@ fn open(addr: SocketAddr, token: &str, query: &str, last_event_id: Option<&str>)
         pending: Vec::new(),
         chunk_left: 0,
         ended: false,
+        tolerate_abort: false,
     };
     (status, headers, Some(sse), Vec::new())
 }
@@ -121,40 +125,62 @@ impl Sse {
         if self.ended {
             return false;
         }
+        match self.fill_inner() {
+            Ok(more) => more,
+            Err(what) => {
+                assert!(self.tolerate_abort, "{what}");
+                self.ended = true;
+                false
+            }
+        }
+    }
+
+    /// Like [`Sse::fill`]; `Err` when the connection broke inside the response.
+    fn fill_inner(&mut self) -> Result<bool, String> {
         if !self.chunked {
             let mut buf = [0u8; 8192];
-            let n = self.reader.read(&mut buf).unwrap();
+            let n = self.reader.read(&mut buf).map_err(|e| e.to_string())?;
             if n == 0 {
                 self.ended = true;
-                return false;
+                return Ok(false);
             }
             self.pending.extend_from_slice(&buf[..n]);
-            return true;
+            return Ok(true);
         }
         if self.chunk_left == 0 {
             let mut size = String::new();
-            if self.reader.read_line(&mut size).unwrap() == 0 {
-                self.ended = true;
-                return false;
+            if self
+                .reader
+                .read_line(&mut size)
+                .map_err(|e| e.to_string())?
+                == 0
+            {
+                // A response ends with its last chunk; a connection that closes between chunks
+                // ended it abruptly.
+                return Err("the connection closed without the last chunk".into());
             }
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).map_err(|e| e.to_string())?;
             if n == 0 {
                 self.ended = true;
-                return false;
+                return Ok(false);
             }
             self.chunk_left = n;
         }
         let mut buf = vec![0u8; self.chunk_left.min(65536)];
-        let n = self.reader.read(&mut buf).unwrap();
-        assert!(n > 0, "the connection closed inside a chunk");
+        let n = self.reader.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the connection closed inside a chunk".into());
+        }
         self.pending.extend_from_slice(&buf[..n]);
         self.chunk_left -= n;
         if self.chunk_left == 0 {
             let mut crlf = [0u8; 2];
-            self.reader.read_exact(&mut crlf).unwrap();
+            self.reader
+                .read_exact(&mut crlf)
+                .map_err(|e| e.to_string())?;
             assert_eq!(&crlf, b"\r\n");
         }
-        true
+        Ok(true)
     }
 
     fn line(&mut self) -> Option<String> {
@@ -488,10 +514,16 @@ fn an_idle_stream_sends_heartbeats_and_ends_when_the_server_stops() {
 }
 
 /// A consumer that reads nothing fills only its own buffers: the writer goes on, and the
-/// consumer later reads every record in order.
+/// consumer later reads every record in order (here within the stall time, which is long).
 #[test]
 fn a_slow_consumer_never_blocks_the_writer() {
-    let s = TestServer::start();
+    let s = TestServer::start_streams(
+        StreamTiming::default(),
+        StreamLimits {
+            stall: Duration::from_secs(600),
+            ..StreamLimits::default()
+        },
+    );
     let mut stuck = stream(s.addr, s.t("reviewer"), "", None);
     let big = |i: usize| {
         let mut b = body(&format!("r-{i}"), "t-slow");
@@ -612,4 +644,248 @@ fn resumption_survives_a_restart_of_the_server() {
     assert_eq!(rest, vec![3, 4, 5, 6, 7]);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Every item until the stream ends (abruptly or not), within `t`.
+fn drain(sse: &mut Sse, t: Duration) -> Vec<Item> {
+    sse.set_timeout(t);
+    sse.tolerate_abort = true;
+    std::iter::from_fn(|| sse.item()).collect()
+}
+
+fn record_ids(items: &[Item]) -> Vec<u64> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Event { id, .. } => Some(id.as_ref().unwrap().parse().unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Adds a token and waits until the server accepts it.
+fn added_token(s: &TestServer, principal: &str, role: Role) -> String {
+    let t = add_token(&s.dir.path().join("tokens.json"), principal, role, &[]).unwrap();
+    crate::server::wait_token_status(s.addr, &t, 200);
+    t
+}
+
+/// Issue 19, defect 2: a reviewer's open stream ends once its token is removed from the tokens
+/// file, and carries no record committed after the removal.
+#[test]
+fn regression_a_removed_token_ends_its_open_stream() {
+    let s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    let token = added_token(&s, "leaving-reviewer", Role::Reviewer);
+    let mut sse = stream(s.addr, &token, "", None);
+    append(&s, "before", "t-leave");
+    assert_eq!(sse.records(1)[0].0, 0);
+
+    let without = crate::server::tokens_without(&path, "leaving-reviewer");
+    crate::server::replace_tokens_file(&path, &without.to_string());
+    crate::server::wait_token_status(s.addr, &token, 401);
+    // Committed after the removal took effect: never sent to the removed token.
+    let after = append(&s, "after", "t-leave");
+    let rest = drain(&mut sse, Duration::from_secs(10));
+    assert!(
+        !record_ids(&rest).contains(&after),
+        "a record committed after the removal reached the stream: {rest:?}"
+    );
+    assert_eq!(
+        rest.last(),
+        Some(&Item::Comment("the token is no longer valid".into())),
+        "{rest:?}"
+    );
+    // Other streams go on.
+    let mut other = stream(s.addr, s.t("auditor"), "", None);
+    assert_eq!(other.records(2).last().unwrap().0, after);
+}
+
+/// A change of the token's entry (here its role) also ends the stream opened with it: the
+/// stream was authorized for what the entry said then.
+#[test]
+fn a_token_whose_role_changes_ends_its_open_stream() {
+    let s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    let token = added_token(&s, "changing", Role::Reviewer);
+    let mut sse = stream(s.addr, &token, "", None);
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for e in v["tokens"].as_array_mut().unwrap() {
+        if e["principal"] == "changing" {
+            e["role"] = json!("agent");
+        }
+    }
+    crate::server::replace_tokens_file(&path, &v.to_string());
+    // The token now is an agent's: the file was reloaded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(s.addr, "/v1/pending", &token).status != 403 {
+        assert!(Instant::now() < deadline, "the role change was not loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rest = drain(&mut sse, Duration::from_secs(10));
+    assert_eq!(
+        rest.last(),
+        Some(&Item::Comment("the token is no longer valid".into())),
+        "{rest:?}"
+    );
+}
+
+/// A tokens file left malformed ends every open stream too (fail closed).
+#[test]
+fn a_malformed_tokens_file_ends_open_streams() {
+    let s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    let mut sse = stream(s.addr, s.t("reviewer"), "", None);
+    crate::server::replace_tokens_file(&path, "{\"tokens\": [],}");
+    let rest = drain(&mut sse, Duration::from_secs(10));
+    assert_eq!(
+        rest.last(),
+        Some(&Item::Comment("the token is no longer valid".into())),
+        "{rest:?}"
+    );
+}
+
+fn limits(max_streams: usize, per_principal: usize) -> StreamLimits {
+    StreamLimits {
+        max_streams,
+        max_per_principal: per_principal,
+        ..StreamLimits::default()
+    }
+}
+
+/// Issue 19, defect 3: past the streams one principal may hold, and past the server's, a new
+/// stream is 503 `overloaded` with `Retry-After`; a stream that ends gives its slot back.
+#[test]
+fn regression_stream_limits_per_principal_and_in_total() {
+    let s = TestServer::start_streams(StreamTiming::default(), limits(3, 2));
+    let refused = |token: &str| {
+        let (status, headers, _, body) = open(s.addr, token, "", None);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let retry = headers
+            .iter()
+            .find(|(k, _)| k == "retry-after")
+            .map(|(_, v)| v.clone());
+        (
+            status,
+            v["error"].as_str().unwrap_or_default().to_string(),
+            retry,
+        )
+    };
+    let overloaded = (503, "overloaded".to_string(), Some("1".to_string()));
+    let a = stream(s.addr, s.t("reviewer"), "", None);
+    let b = stream(s.addr, s.t("reviewer"), "", None);
+    assert_eq!(refused(s.t("reviewer")), overloaded, "per principal");
+    let c = stream(s.addr, s.t("auditor"), "", None);
+    assert_eq!(s.metric("hitl_ledger_streams_open"), 3);
+    assert_eq!(refused(s.t("agent")), overloaded, "in total");
+    // A stream that ends frees its slot.
+    drop(a);
+    s.wait_metric("hitl_ledger_streams_open", |n| n == 2);
+    let mut again = stream(s.addr, s.t("agent"), "", None);
+    assert_eq!(refused(s.t("reviewer")), overloaded, "in total again");
+    drop((b, c));
+    s.wait_metric("hitl_ledger_streams_open", |n| n == 1);
+    let _d = stream(s.addr, s.t("reviewer"), "", None);
+    assert!(s.metric("hitl_ledger_streams_refused_total") >= 3);
+    // The open streams still work.
+    let seq = append(&s, "r-limits", "t");
+    assert_eq!(again.records(1)[0].0, seq);
+}
+
+/// Issue 19, defect 3: a consumer that reads nothing holds at most its buffer of records; once
+/// the buffer stays full past the stall time the stream is closed, and reconnecting with
+/// `Last-Event-ID` yields every record exactly once.
+#[test]
+fn regression_a_reader_that_reads_nothing_is_dropped_and_resumes_without_loss() {
+    let bound = 1 << 20;
+    let s = TestServer::start_streams(
+        StreamTiming::default(),
+        StreamLimits {
+            buffer_bytes: bound,
+            stall: Duration::from_millis(300),
+            ..StreamLimits::default()
+        },
+    );
+    let mut stuck = stream(s.addr, s.t("reviewer"), "", None);
+    let big = |i: usize| {
+        let mut b = body(&format!("r-{i}"), "t-stuck");
+        b["action"]["args"]["note"] = json!("y".repeat(60_000));
+        b
+    };
+    // About 18 MB: far more than the stream's buffer and the sockets' buffers.
+    let n = 300;
+    let mut most = 0;
+    for i in 0..n {
+        let r = post(s.addr, "/v1/interrupts", s.t("agent"), &big(i));
+        assert_eq!(r.status, 201);
+        if i % 5 == 0 {
+            most = most.max(s.metric("hitl_ledger_stream_buffered_bytes"));
+        }
+    }
+    s.wait_metric("hitl_ledger_streams_dropped_total", |d| d == 1);
+    most = most.max(s.metric("hitl_ledger_stream_buffered_bytes"));
+    assert!(most <= bound as u64, "{most} bytes buffered for one stream");
+    assert!(most > 0, "the stalled stream buffered records");
+    s.wait_metric("hitl_ledger_stream_buffered_bytes", |b| b == 0);
+    s.wait_metric("hitl_ledger_stream_readers", |r| r == 0);
+
+    // The consumer reads what reached it, sees the stream break, and resumes.
+    let first = record_ids(&drain(&mut stuck, Duration::from_secs(30)));
+    assert!((first.len() as u64) < n as u64, "the stream was not cut");
+    assert_eq!(first, (0..first.len() as u64).collect::<Vec<_>>());
+    let last = first.last().map(|l| l.to_string());
+    let mut resumed = stream(s.addr, s.t("reviewer"), "", last.as_deref());
+    let rest: Vec<u64> = resumed
+        .records(n - first.len())
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let all: Vec<u64> = first.into_iter().chain(rest).collect();
+    assert_eq!(all, (0..n as u64).collect::<Vec<_>>());
+    s.wait_metric("hitl_ledger_streams_open", |o| o == 1);
+}
+
+/// A consumer that leaves makes its stream's task stop: the gauges go back to zero.
+#[test]
+fn a_departed_consumer_stops_its_stream() {
+    let s = TestServer::start_streaming(StreamTiming {
+        heartbeat: Duration::from_millis(50),
+        poll: Duration::from_millis(50),
+    });
+    for i in 0..20 {
+        append(&s, &format!("r-{i}"), "t");
+    }
+    let streams: Vec<Sse> = (0..5)
+        .map(|_| stream(s.addr, s.t("agent"), "", None))
+        .collect();
+    assert_eq!(s.metric("hitl_ledger_streams_open"), 5);
+    assert_eq!(s.metric("hitl_ledger_stream_readers"), 5);
+    drop(streams);
+    s.wait_metric("hitl_ledger_stream_readers", |r| r == 0);
+    s.wait_metric("hitl_ledger_streams_open", |o| o == 0);
+}
+
+/// Issue 19, defect 11: `Last-Event-ID` and `?after=` are canonical decimal integers.
+#[test]
+fn regression_positions_are_canonical_decimal() {
+    let s = TestServer::start();
+    for (query, last) in [
+        ("", Some("+3")),
+        ("", Some("0003")),
+        ("", Some("00")),
+        ("", Some("3 4")),
+        ("", Some("3.0")),
+        ("?after=%2B3", None),
+        ("?after=03", None),
+        ("?after=+3", None),
+        ("?after=", None),
+    ] {
+        let (status, _, _, body) = open(s.addr, s.t("reviewer"), query, last);
+        assert_eq!(status, 400, "{query} {last:?}");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "invalid_request", "{query} {last:?}");
+    }
+    for (query, last) in [("", Some("0")), ("?after=30", None), ("", Some("10"))] {
+        let _ = stream(s.addr, s.t("reviewer"), query, last);
+    }
 }

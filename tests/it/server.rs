@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hitl_ledger::ledger::Ledger;
 use hitl_ledger::ledger::commit::{CommitConfig, Committer};
-use hitl_ledger::server::events::StreamTiming;
+use hitl_ledger::server::events::{StreamLimits, StreamTiming};
 use hitl_ledger::server::tokens::{Role, Tokens, add_token};
 use hitl_ledger::server::{AppState, BodyTiming, serve};
 use serde_json::{Value, json};
@@ -34,12 +34,17 @@ impl TestServer {
 
     /// A server with a bound on the request-body bytes in flight.
     pub fn start_full(commit: CommitConfig, max_in_flight: Option<usize>) -> TestServer {
-        TestServer::start_opts(commit, max_in_flight, None)
+        TestServer::start_opts(commit, max_in_flight, None, None)
     }
 
     /// A server whose event streams use `timing`.
     pub fn start_streaming(timing: StreamTiming) -> TestServer {
-        TestServer::start_opts(CommitConfig::default(), None, Some(timing))
+        TestServer::start_opts(CommitConfig::default(), None, Some(timing), None)
+    }
+
+    /// A server whose event streams use `timing` within `limits`.
+    pub fn start_streams(timing: StreamTiming, limits: StreamLimits) -> TestServer {
+        TestServer::start_opts(CommitConfig::default(), None, Some(timing), Some(limits))
     }
 
     /// A server with a bound on the request-body bytes in flight and a body pace.
@@ -47,6 +52,7 @@ impl TestServer {
         TestServer::start_all(
             CommitConfig::default(),
             Some(max_in_flight),
+            None,
             None,
             Some(bodies),
         )
@@ -56,14 +62,16 @@ impl TestServer {
         commit: CommitConfig,
         max_in_flight: Option<usize>,
         timing: Option<StreamTiming>,
+        limits: Option<StreamLimits>,
     ) -> TestServer {
-        TestServer::start_all(commit, max_in_flight, timing, None)
+        TestServer::start_all(commit, max_in_flight, timing, limits, None)
     }
 
     fn start_all(
         commit: CommitConfig,
         max_in_flight: Option<usize>,
         timing: Option<StreamTiming>,
+        limits: Option<StreamLimits>,
         bodies: Option<BodyTiming>,
     ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
@@ -107,6 +115,9 @@ impl TestServer {
                 if let Some(b) = bodies {
                     state = state.with_body_timing(b);
                 }
+                if let Some(l) = limits {
+                    state = state.with_stream_limits(l);
+                }
                 // The address goes to the test only once the tokens file is loaded and
                 // watched: a token the test adds from then on is a change the server sees.
                 tx_addr.send(listener.local_addr().unwrap()).unwrap();
@@ -142,6 +153,30 @@ impl TestServer {
             if !std::thread::panicking() {
                 joined.expect("the server thread panicked");
             }
+        }
+    }
+
+    /// The value of an unlabelled metric of `GET /metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = get(self.addr, "/metrics", self.t("admin")).text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in {text}"))
+    }
+
+    /// Waits (10 s at most) until the metric `name` satisfies `ok`; its last value.
+    pub fn wait_metric(&self, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let v = self.metric(name);
+            if ok(v) {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} stayed at {v} for 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
@@ -932,4 +967,188 @@ fn spawn_binary_server(
         .parse()
         .unwrap();
     (child, addr, token)
+}
+
+/// Replaces the tokens file with `text` as an editor saving it would (a new file renamed over
+/// the old one, so the server never reads half of it).
+pub fn replace_tokens_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("edit");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The tokens file without the entries whose principal is `principal`.
+pub fn tokens_without(path: &std::path::Path, principal: &str) -> Value {
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["tokens"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["principal"] != principal);
+    v
+}
+
+/// Waits (10 s at most) until `token` is answered `status` on `GET /v1/checkpoint`.
+pub fn wait_token_status(addr: SocketAddr, token: &str, status: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = get(addr, "/v1/checkpoint", token).status;
+        if got == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the token is still answered {got}, not {status}, after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn healthz(addr: SocketAddr) -> Resp {
+    send(addr, "GET", "/healthz", None, None, b"").unwrap()
+}
+
+/// Waits (10 s at most) until `/healthz` answers `status`.
+fn wait_healthz(addr: SocketAddr, status: u16) -> Resp {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = healthz(addr);
+        if r.status == status {
+            return r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/healthz still {} after 10 s: {}",
+            r.status,
+            r.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Issue 19, defect 11: an edit that leaves the tokens file malformed (a trailing comma) while
+/// removing a token must not keep that token alive. The server fails closed (no token at all
+/// until the file loads), says so on /healthz, and counts it in /metrics once it can be read.
+#[test]
+fn regression_a_malformed_tokens_file_fails_closed() {
+    let mut s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    assert_eq!(get(s.addr, "/v1/pending", s.t("reviewer")).status, 200);
+    assert_eq!(s.metric("hitl_ledger_tokens_file_ok"), 1);
+    let without = tokens_without(&path, "reviewer-principal");
+    let good = serde_json::to_string_pretty(&without).unwrap();
+    // The reviewer's entry removed, and a trailing comma left behind.
+    let broken = good.trim_end().trim_end_matches('}').trim_end().to_string() + ",\n}\n";
+    assert!(serde_json::from_str::<Value>(&broken).is_err());
+    replace_tokens_file(&path, &broken);
+
+    let h = wait_healthz(s.addr, 503);
+    assert_eq!(h.json()["ok"], false);
+    assert_eq!(h.json()["error"], "tokens_file");
+    let message = h.json()["message"].as_str().unwrap().to_string();
+    assert!(!message.contains('/'), "no path in {message}");
+    // The removed token is refused, and so is every other one while the file is broken.
+    for role in ["reviewer", "agent", "auditor", "admin"] {
+        let r = get(s.addr, "/v1/checkpoint", s.t(role));
+        assert_eq!(
+            (r.status, r.code()),
+            (401, "unauthenticated".into()),
+            "{role}"
+        );
+    }
+
+    // Fixed: the file loads again, the kept tokens work, the removed one stays refused.
+    replace_tokens_file(&path, &good);
+    wait_healthz(s.addr, 200);
+    wait_token_status(s.addr, s.t("agent"), 200);
+    assert_eq!(get(s.addr, "/v1/pending", s.t("reviewer")).status, 401);
+    assert_eq!(s.metric("hitl_ledger_tokens_file_ok"), 1);
+    assert!(s.metric("hitl_ledger_tokens_file_failures_total") >= 1);
+    s.stop();
+}
+
+/// A tokens file that cannot be read (here: a directory in its place) fails closed like a
+/// malformed one; a missing file is no tokens (every token refused, the server healthy, as
+/// when it starts without one); a token added then works.
+#[test]
+fn an_unreadable_or_missing_tokens_file_accepts_no_token() {
+    let mut s = TestServer::start();
+    let path = s.dir.path().join("tokens.json");
+    let saved = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let h = wait_healthz(s.addr, 503);
+    assert_eq!(h.json()["error"], "tokens_file");
+    assert_eq!(get(s.addr, "/v1/checkpoint", s.t("admin")).status, 401);
+
+    std::fs::remove_dir(&path).unwrap();
+    wait_healthz(s.addr, 200);
+    assert_eq!(get(s.addr, "/v1/checkpoint", s.t("admin")).status, 401);
+
+    replace_tokens_file(&path, &saved);
+    wait_token_status(s.addr, s.t("admin"), 200);
+    let late = add_token(&path, "late-agent", Role::Agent, &[]).unwrap();
+    wait_token_status(s.addr, &late, 200);
+    assert_eq!(healthz(s.addr).status, 200);
+    s.stop();
+}
+
+/// Integers of a query are canonical decimal on every route: `+3`, `03`, ` 3` are refused.
+#[test]
+fn integer_query_parameters_are_canonical_decimal() {
+    let s = TestServer::start();
+    let r = post(
+        s.addr,
+        "/v1/interrupts",
+        s.t("agent"),
+        &interrupt_body("r1", "t1"),
+    );
+    assert_eq!(r.status, 201);
+    for path in [
+        "/v1/threads/t1/records?after=%2B0",
+        "/v1/threads/t1/records?after=00",
+        "/v1/threads/t1/records?limit=010",
+        "/v1/threads/t1/records?limit=+10",
+        "/v1/proofs/inclusion?seq=%2B0",
+        "/v1/proofs/inclusion?seq=00",
+        "/v1/proofs/consistency?from=01&to=1",
+        "/v1/proofs/consistency?from=1&to=1%20",
+    ] {
+        let r = get(s.addr, path, s.t("auditor"));
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request".to_string()),
+            "{path}"
+        );
+    }
+    for path in [
+        "/v1/threads/t1/records?after=0&limit=10",
+        "/v1/proofs/inclusion?seq=0",
+        "/v1/proofs/consistency?from=1&to=1",
+    ] {
+        assert_eq!(get(s.addr, path, s.t("auditor")).status, 200, "{path}");
+    }
+}
+
+/// The stream bounds of `serve` refuse values that cannot work, before anything starts.
+#[test]
+fn serve_refuses_stream_bounds_that_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (
+            vec!["--stream-buffer-bytes", "1000"],
+            "--stream-buffer-bytes",
+        ),
+        (vec!["--max-streams", "0"], "--max-streams"),
+        (vec!["--max-streams-per-principal", "0"], "--max-streams"),
+        (
+            vec!["--stream-stall-seconds", "0"],
+            "--stream-stall-seconds",
+        ),
+    ] {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend(args.iter().copied());
+        let (code, _, err) = run(dir.path(), &all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
 }

@@ -159,6 +159,20 @@ pub enum Command {
         /// How long the writer waits to gather a batch, microseconds.
         #[arg(long, default_value_t = 0)]
         max_batch_delay_us: u64,
+        /// Event streams (`GET /v1/events`) open at once, all principals; past it, 503.
+        #[arg(long, default_value_t = hitl_ledger::server::events::MAX_STREAMS)]
+        max_streams: usize,
+        /// Event streams open at once for one principal; past it, 503.
+        #[arg(long, default_value_t = hitl_ledger::server::events::MAX_STREAMS_PER_PRINCIPAL)]
+        max_streams_per_principal: usize,
+        /// Record bytes buffered per event stream (at least 1048576, one record of the
+        /// largest size).
+        #[arg(long, default_value_t = hitl_ledger::server::events::BUFFER_BYTES)]
+        stream_buffer_bytes: usize,
+        /// Seconds an event stream's buffer may stay full before the stream is closed (its
+        /// consumer resumes with Last-Event-ID).
+        #[arg(long, default_value_t = hitl_ledger::server::events::STALL.as_secs())]
+        stream_stall_seconds: u64,
         /// Initialize the data directory first when it holds no ledger (with --origin), and
         /// create one token per role, printed once.
         #[arg(long)]

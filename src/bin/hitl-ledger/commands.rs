@@ -91,18 +91,43 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             policy,
             queue_capacity,
             max_batch_delay_us,
+            max_streams,
+            max_streams_per_principal,
+            stream_buffer_bytes,
+            stream_stall_seconds,
             init,
             origin,
         } => {
-            if init && !dir.join(files::CONFIG).exists() {
-                crate::serve::init_for_serve(&dir, &origin, tokens.as_deref())?;
-            }
             let commit = CommitConfig {
                 queue_capacity: queue_capacity.max(1),
                 max_batch_delay: std::time::Duration::from_micros(max_batch_delay_us),
                 ..Default::default()
             };
-            crate::serve::serve(&dir, &listen, tokens, policy, commit)
+            let min_buffer = hitl_ledger::format::record::MAX_LEAF_BYTES;
+            if stream_buffer_bytes < min_buffer {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    format!(
+                        "--stream-buffer-bytes must be at least {min_buffer} (one record of the largest size)"
+                    ),
+                ));
+            }
+            if max_streams == 0 || max_streams_per_principal == 0 || stream_stall_seconds == 0 {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "--max-streams, --max-streams-per-principal and --stream-stall-seconds must be at least 1",
+                ));
+            }
+            if init && !dir.join(files::CONFIG).exists() {
+                crate::serve::init_for_serve(&dir, &origin, tokens.as_deref())?;
+            }
+            let streams = hitl_ledger::server::events::StreamLimits {
+                max_streams,
+                max_per_principal: max_streams_per_principal,
+                buffer_bytes: stream_buffer_bytes,
+                stall: std::time::Duration::from_secs(stream_stall_seconds),
+            };
+            crate::serve::serve(&dir, &listen, tokens, policy, commit, streams)
         }
         Command::Export { thread, out: path } => export(&dir, f, &thread, path.as_deref()),
         Command::VerifyExport { file, key } => verify_export(f, &file, &key),

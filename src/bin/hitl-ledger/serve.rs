@@ -44,6 +44,7 @@ pub fn serve(
     tokens: Option<PathBuf>,
     policy: Option<PathBuf>,
     commit: CommitConfig,
+    streams: hitl_ledger::server::events::StreamLimits,
 ) -> Result<Outcome> {
     hitl_ledger::server::init_logging();
     let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
@@ -83,7 +84,8 @@ pub fn serve(
         out(&format!("listening on {addr}"));
         let state =
             hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
-                .watch_tokens_file(&tokens_path);
+                .watch_tokens_file(&tokens_path)
+                .with_stream_limits(streams);
         hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await
     })?;
     // Outside the runtime: an engine's calls block (PostgreSQL's client runs its own).
