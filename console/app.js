@@ -7,7 +7,7 @@
 // The token lives in sessionStorage and travels only in the Authorization header. The DOM is
 // built with createElement / textContent only: no data is ever parsed as HTML.
 
-import { JsonError, canonicalize, isObject, parseJson } from './jcs.js';
+import { HIDDEN_CHARS, JsonError, canonicalize, isObject, parseJson, readableJson, requestJson } from './jcs.js';
 import { DecisionStream } from './sse.js';
 import { EnvironmentError, validId, verifyBundle } from './verify.js';
 
@@ -65,21 +65,132 @@ function fmtDuration(ms) {
   return h > 0 ? `${h} h ${two(m)} min ${two(r)} s` : m > 0 ? `${m} min ${two(r)} s` : `${r} s`;
 }
 
-/** A JSON value as indented text, for display (placeholders of redacted values as they are). */
-function pretty(v) {
-  return JSON.stringify(v, null, 2);
+/** Names of the hidden characters met most often (others are shown by code point only). */
+const CHAR_NAMES = {
+  0x00a0: 'NO-BREAK SPACE', 0x00ad: 'SOFT HYPHEN', 0x034f: 'COMBINING GRAPHEME JOINER',
+  0x061c: 'ARABIC LETTER MARK', 0x115f: 'HANGUL CHOSEONG FILLER', 0x1160: 'HANGUL JUNGSEONG FILLER',
+  0x180e: 'MONGOLIAN VOWEL SEPARATOR', 0x200b: 'ZERO WIDTH SPACE', 0x200c: 'ZERO WIDTH NON-JOINER',
+  0x200d: 'ZERO WIDTH JOINER', 0x200e: 'LEFT-TO-RIGHT MARK', 0x200f: 'RIGHT-TO-LEFT MARK',
+  0x2028: 'LINE SEPARATOR', 0x2029: 'PARAGRAPH SEPARATOR', 0x202a: 'LEFT-TO-RIGHT EMBEDDING',
+  0x202b: 'RIGHT-TO-LEFT EMBEDDING', 0x202c: 'POP DIRECTIONAL FORMATTING', 0x202d: 'LEFT-TO-RIGHT OVERRIDE',
+  0x202e: 'RIGHT-TO-LEFT OVERRIDE', 0x202f: 'NARROW NO-BREAK SPACE', 0x2060: 'WORD JOINER',
+  0x2066: 'LEFT-TO-RIGHT ISOLATE', 0x2067: 'RIGHT-TO-LEFT ISOLATE', 0x2068: 'FIRST STRONG ISOLATE',
+  0x2069: 'POP DIRECTIONAL ISOLATE', 0x3000: 'IDEOGRAPHIC SPACE', 0x3164: 'HANGUL FILLER',
+  0xfeff: 'ZERO WIDTH NO-BREAK SPACE',
+};
+
+/** One character of jcs.js HIDDEN_CHARS (a non-global copy: no lastIndex to carry). */
+const HIDDEN_ONE = new RegExp(`^(?:${HIDDEN_CHARS.source})$`, 'u');
+
+const codePoint = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
+
+/** The marker shown in place of a character that would not show as itself: ⟦U+202E⟧. */
+function hiddenMarker(c) {
+  const name = CHAR_NAMES[c.codePointAt(0)];
+  return el('span', {
+    class: 'hidden-char',
+    title: `${codePoint(c)}${name ? ` ${name}` : ''}: an invisible or formatting character, shown here as its code point`,
+  }, `\u27e6${codePoint(c)}\u27e7`);
 }
 
-const isRedacted = (v) => typeof v === 'string' && v.startsWith('hmac-sha256:');
+/**
+ * Text from a record for the page: characters that would not show as themselves, or would
+ * reorder or hide what is around them (bidirectional overrides and isolates, zero-width and
+ * other invisible characters, controls, unusual spaces: jcs.js HIDDEN_CHARS), are replaced by
+ * visible markers (⟦U+202E⟧), so the reviewer sees every character that is there and in the
+ * order it is stored. With `lookalikes`, every other character outside printable ASCII is
+ * also marked, with its code point (for tool names, where a Cyrillic "а" can pass for "a").
+ * @returns {DocumentFragment}
+ */
+function vis(text, { lookalikes = false } = {}) {
+  const s = String(text);
+  const frag = document.createDocumentFragment();
+  let run = '';
+  const flush = () => {
+    if (run) frag.append(document.createTextNode(run));
+    run = '';
+  };
+  for (const c of s) {
+    if (HIDDEN_ONE.test(c)) {
+      flush();
+      frag.append(hiddenMarker(c));
+    } else if (lookalikes && !/^[\x20-\x7e]$/.test(c)) {
+      flush();
+      frag.append(el('mark', { class: 'non-ascii', title: `${codePoint(c)}: not an ASCII character` }, c, `\u27e6${codePoint(c)}\u27e7`));
+    } else {
+      run += c;
+    }
+  }
+  flush();
+  return frag;
+}
+
+const SCRIPTS = ['Latin', 'Cyrillic', 'Greek', 'Armenian', 'Georgian', 'Cherokee', 'Hebrew', 'Arabic',
+  'Devanagari', 'Thai', 'Han', 'Hiragana', 'Katakana', 'Hangul', 'Ethiopic', 'Coptic']
+  .map((name) => [name, new RegExp(`^\\p{Script=${name}}$`, 'u')]);
+
+/** The writing systems of the letters of `s` (Latin, Cyrillic, ...), in order of appearance. */
+function scriptsOf(s) {
+  const found = [];
+  for (const c of s) {
+    if (!/^\p{L}$/u.test(c)) continue;
+    const hit = SCRIPTS.find(([, re]) => re.test(c));
+    const name = hit ? hit[0] : 'another script';
+    if (!found.includes(name)) found.push(name);
+  }
+  return found;
+}
 
 /**
- * The action's arguments as a definition list; a redacted value (the ledger stores only its
- * HMAC) is shown as "redacted", never as the placeholder's digits nor anything in clear.
+ * What may make a tool name pass for another: characters outside printable ASCII, letters of
+ * more than one writing system. Null when the name is plain.
+ */
+function toolWarning(tool) {
+  const s = String(tool);
+  const odd = [...new Set([...s].filter((c) => !/^[\x20-\x7e]$/.test(c)))];
+  if (odd.length === 0) return null;
+  const scripts = scriptsOf(s);
+  const parts = [];
+  if (scripts.length > 1) parts.push(`mixes writing systems (${scripts.join(', ')})`);
+  parts.push(`holds ${odd.length === 1 ? 'a character' : 'characters'} outside ASCII (${odd.map(codePoint).join(', ')})`);
+  return `Look closely: this tool name ${parts.join(' and ')}, so it may imitate the name of another tool.`;
+}
+
+/** A tool name, every non-ASCII character marked, with a warning when it could deceive. */
+function toolName(tool, { warn = true } = {}) {
+  const warning = warn ? toolWarning(tool) : null;
+  const code = el('code', { class: 'tool' }, vis(tool, { lookalikes: true }));
+  if (!warning) return code;
+  return el('span', { class: 'tool-name' }, code, ' ', el('strong', { class: 'lookalike-warning', role: 'note' }, warning));
+}
+
+/** Who wrote a record: principal, role and (when recorded) tenant. */
+function who(actor) {
+  if (!isObject(actor)) return 'the ledger';
+  const frag = document.createDocumentFragment();
+  frag.append(vis(actor.principal), ` (${actor.role}`);
+  if (typeof actor.tenant === 'string') frag.append(', tenant ', vis(actor.tenant));
+  frag.append(')');
+  return frag;
+}
+
+/** An id from a record, as code, hidden characters marked. */
+const idCode = (v) => el('code', {}, vis(v));
+
+const escPtr = (k) => k.replace(/~/g, '~0').replace(/\//g, '~1');
+
+/**
+ * A JSON value as a definition list. The values at the JSON Pointers `redacted` lists (the
+ * record's own `body.redacted`: the ledger stores only an HMAC of each) are shown as
+ * "redacted"; everything else is shown verbatim — a string that merely looks like a
+ * placeholder (`hmac-sha256:...`) is shown as the string it is — with hidden characters
+ * marked (vis) and numbers exactly as the record spells them (JCS writes numbers as
+ * ECMAScript does, so JSON.stringify gives back the stored literal).
  */
 function renderArgs(args, redacted) {
-  const pointers = new Set(redacted ?? []);
+  const pointers = new Set(Array.isArray(redacted) ? redacted : []);
   const walk = (v, ptr) => {
-    if (pointers.has(ptr) || isRedacted(v)) {
+    if (pointers.has(ptr)) {
       return el('span', { class: 'redacted', title: 'redacted by the ledger: only its HMAC is stored' }, 'redacted');
     }
     if (Array.isArray(v)) {
@@ -93,14 +204,27 @@ function renderArgs(args, redacted) {
       if (keys.length === 0) return el('code', { text: '{}' });
       const dl = el('dl', { class: 'json-obj' });
       for (const k of keys) {
-        const esc = k.replace(/~/g, '~0').replace(/\//g, '~1');
-        dl.append(el('dt', {}, el('code', { text: k })), el('dd', {}, walk(v[k], `${ptr}/${esc}`)));
+        dl.append(el('dt', {}, el('code', {}, vis(k))), el('dd', {}, walk(v[k], `${ptr}/${escPtr(k)}`)));
       }
       return dl;
     }
-    return el('code', { class: 'json-scalar', text: JSON.stringify(v) });
+    return el('code', { class: 'json-scalar' }, vis(JSON.stringify(v)));
   };
   return walk(args, '');
+}
+
+/**
+ * A JSON value as one line of text, the parts at the pointers in `secrets` (and below them)
+ * written as ⟦redacted⟧ (outside any string, so no string can pass for it).
+ */
+function maskedJson(v, ptr, secrets) {
+  if (v === undefined) return '\u2014';
+  if ([...secrets].some((s) => ptr === s || ptr.startsWith(`${s}/`))) return '\u27e6redacted\u27e7';
+  if (Array.isArray(v)) return `[${v.map((x, i) => maskedJson(x, `${ptr}/${i}`, secrets)).join(',')}]`;
+  if (isObject(v)) {
+    return `{${Object.keys(v).map((k) => `${JSON.stringify(k)}:${maskedJson(v[k], `${ptr}/${escPtr(k)}`, secrets)}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
 }
 
 // ------------------------------------------------------------------------------------ API
@@ -123,7 +247,7 @@ async function api(method, path, body = undefined, { raw = false } = {}) {
   const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
+    init.body = requestJson(body); // large doubles as 1e+20: the ledger refuses such integer literals
   }
   let res;
   try {
@@ -188,31 +312,37 @@ async function onRecord(rec, leafHash, seq) {
   if (rec.kind === 'timeout') {
     markTimedOut(q, rec.body.expires_at);
   } else if (q.state === 'open') {
-    removeFromQueue(rid, `Request ${rid} was answered elsewhere (${describeClosing(rec)}); it left the queue.`);
+    removeFromQueue(rid, frag('Request ', vis(rid), ' was answered elsewhere (', describeClosing(rec), '); it left the queue.'));
   }
   // 'deciding': this page's own decision; decide() shows the ledger's answer.
 }
 
+/** Strings and nodes as one fragment. */
+function frag(...parts) {
+  const f = document.createDocumentFragment();
+  for (const p of parts) if (p !== null && p !== undefined && p !== false) f.append(p);
+  return f;
+}
+
 function describeClosing(rec) {
-  const who = rec.actor ? `${rec.actor.principal} (${rec.actor.role})` : 'the ledger';
   switch (rec.kind) {
     case 'decision':
-      return rec.body.decision === 'edit' ? `edited by ${who}` : `approved by ${who}`;
+      return frag(rec.body.decision === 'edit' ? 'edited by ' : 'approved by ', who(rec.actor));
     case 'rejection':
-      return `rejected by ${who}`;
+      return frag('rejected by ', who(rec.actor));
     case 'timeout':
-      return `timed out at ${fmtClock(rec.body.expires_at)}`;
+      return frag(`timed out at ${fmtClock(rec.body.expires_at)}`);
     case 'revocation':
-      return `revoked by ${who}`;
+      return frag('revoked by ', who(rec.actor));
     default:
-      return rec.kind;
+      return frag(rec.kind);
   }
 }
 
 function noteClosed(rec) {
   const list = $('closed');
-  const link = el('a', { href: `#recorded/request/${encodeURIComponent(rec.request_id)}` }, rec.request_id);
-  list.prepend(el('li', {}, link, ` — ${describeClosing(rec)}, ${fmtTs(rec.ts)}`));
+  const link = el('a', { href: `#recorded/request/${encodeURIComponent(rec.request_id)}` }, vis(rec.request_id));
+  list.prepend(el('li', {}, link, ' — ', describeClosing(rec), `, ${fmtTs(rec.ts)}`));
   while (list.children.length > MAX_CLOSED_SHOWN) list.lastChild.remove();
 }
 
@@ -259,8 +389,39 @@ async function addToQueue(interrupt) {
   tick();
 }
 
-async function loadRequest(rid) {
-  const r = await api('GET', `/v1/requests/${seg(rid)}`);
+/**
+ * A request's state and records (GET /v1/requests/{id}). The ledger pages the records (a page
+ * ends after 10,000 records or 16 MiB, with `next_after`, the last seq it holds): this follows
+ * `next_after` until a page comes without it, so the records are complete, and reads the state
+ * of the last page. With `firstPage` it stops after one page of one record: the request's
+ * interrupt (its first record) and its current state, all the queue needs. A ledger that does
+ * not page answers everything at once, which reads as one page.
+ */
+async function readRequest(rid, { firstPage = false } = {}) {
+  const records = [];
+  let after = null;
+  let page;
+  for (;;) {
+    const params = [];
+    if (after !== null) params.push(`after=${after}`);
+    if (firstPage) params.push('limit=1');
+    page = await api('GET', `/v1/requests/${seg(rid)}${params.length ? `?${params.join('&')}` : ''}`);
+    if (!page || !Array.isArray(page.records) || typeof page.state !== 'string') {
+      throw new ApiError(0, 'protocol', 'the ledger answered a request read without its records');
+    }
+    records.push(...page.records);
+    const next = page.next_after;
+    if (firstPage || next === undefined || next === null) break;
+    if (!Number.isSafeInteger(next) || next < 0 || (after !== null && next <= after) || page.records.length === 0) {
+      throw new ApiError(0, 'protocol', `the ledger's next_after ${JSON.stringify(next)} does not move past ${after}`);
+    }
+    after = next;
+  }
+  return { state: page.state, records };
+}
+
+async function loadRequest(rid, { firstPage = false } = {}) {
+  const r = await readRequest(rid, { firstPage });
   const interrupt = r.records.find((x) => x.kind === 'interrupt' && x.request_id === rid);
   return { state: r.state, interrupt, records: r.records };
 }
@@ -275,18 +436,18 @@ function buildCard(rec) {
   const q = { rid, rec, card, deadline, countdown, state: 'open', expires: Date.parse(b.expires_at) };
 
   card.append(
-    el('h3', { id: `${id}-title` }, 'Call ', el('code', { text: b.tool }), ` — request ${rid}`),
+    el('h3', { id: `${id}-title` }, 'Call ', toolName(b.tool, { warn: false }), ' — request ', vis(rid)),
     el('p', { class: 'when' }, 'Time left: ', countdown),
     deadline,
     el('dl', { class: 'facts' },
-      el('dt', {}, 'Tool'), el('dd', {}, el('code', { text: b.tool })),
+      el('dt', {}, 'Tool'), el('dd', {}, toolName(b.tool)),
       el('dt', {}, 'Arguments'), el('dd', { class: 'args' }, renderArgs(b.args, b.redacted)),
       b.redacted.length ? el('dt', {}, 'Redacted fields') : null,
-      b.redacted.length ? el('dd', {}, b.redacted.join(', ') + ' (the ledger holds only an HMAC of each)') : null,
+      b.redacted.length ? el('dd', {}, vis(b.redacted.join(', ')), ' (the ledger holds only an HMAC of each)') : null,
       el('dt', {}, 'Bound to digest'), el('dd', {}, el('code', { class: 'digest', text: b.action_digest })),
-      el('dt', {}, 'Thread'), el('dd', {}, el('code', { text: rec.thread_id })),
-      el('dt', {}, 'Run'), el('dd', {}, rec.run_id === null ? 'not named' : el('code', { text: rec.run_id })),
-      el('dt', {}, 'Asked by'), el('dd', {}, `${rec.actor.principal} (${rec.actor.role})`),
+      el('dt', {}, 'Thread'), el('dd', {}, idCode(rec.thread_id)),
+      el('dt', {}, 'Run'), el('dd', {}, rec.run_id === null ? 'not named' : idCode(rec.run_id)),
+      el('dt', {}, 'Asked by'), el('dd', {}, who(rec.actor)),
       el('dt', {}, 'Asked at'), el('dd', {}, fmtTs(rec.ts)),
       el('dt', {}, 'You may'), el('dd', {}, b.allowed_decisions.join(', ')),
     ),
@@ -408,21 +569,24 @@ function atPointer(doc, pointer) {
   return v;
 }
 
-/** The redacted pointers at which an edited call still holds one of the ledger's placeholders. */
-function keptPlaceholders(pointers, args) {
-  return pointers.filter((p) => isRedacted(atPointer(args, p)));
-}
+/** A string of the form of the ledger's placeholders for redacted values. */
+const isPlaceholder = (v) => typeof v === 'string' && v.startsWith('hmac-sha256:');
 
-function showValue(v) {
-  if (v === undefined) return '—';
-  return isRedacted(v) ? 'redacted' : JSON.stringify(v);
+/**
+ * The redacted pointers (the record's `redacted` list only) at which an edited call still
+ * holds one of the ledger's placeholders.
+ */
+function keptPlaceholders(pointers, args) {
+  return pointers.filter((p) => isPlaceholder(atPointer(args, p)));
 }
 
 function editForm(q, id) {
   const b = q.rec.body;
   const original = { tool: b.tool, args: b.args };
   const ta = el('textarea', { id: `${id}-edit`, rows: '10', spellcheck: 'false', class: 'editor', 'aria-describedby': `${id}-edit-help ${id}-edit-check` });
-  ta.value = pretty(original);
+  // Large numbers in exponent form and hidden characters as \u escapes: the same call, text
+  // the ledger accepts back unchanged, with nothing that can hide or reorder what is around it.
+  ta.value = readableJson(original);
   const help = el('p', { id: `${id}-edit-help`, class: 'note' },
     'The edited call as JSON {"tool": ..., "args": {...}}. The ledger records the edit, opens the edited call '
     + 'as a new request and approves it; the original call can then never run.'
@@ -459,13 +623,14 @@ function editForm(q, id) {
         el('th', { scope: 'col' }, 'Original'), el('th', { scope: 'col' }, 'Edited'))));
     const tbody = el('tbody');
     // (`redacted` points into args; the change table's pointers into the whole call)
-    const secret = (p) => b.redacted.some((r) => p === `/args${r}` || p.startsWith(`/args${r}/`));
+    const secrets = new Set(b.redacted.map((r) => `/args${r}`));
+    const secret = (p) => [...secrets].some((r) => p === r || p.startsWith(`${r}/`));
     for (const [p, kind, o, n] of changes) {
       // A redacted field's new value is the reviewer's own entry: not echoed back either.
-      const shownNew = secret(p) && n !== undefined && !isRedacted(n) ? 'new value (stored redacted)' : showValue(n);
-      tbody.append(el('tr', { class: `diff-${kind}` }, el('td', {}, el('code', { text: p })), el('td', {}, kind),
-        el('td', {}, el('code', { text: secret(p) && o !== undefined ? 'redacted' : showValue(o) })),
-        el('td', {}, el('code', { text: shownNew }))));
+      const shownNew = secret(p) && n !== undefined ? 'new value (stored redacted)' : maskedJson(n, p, secrets);
+      tbody.append(el('tr', { class: `diff-${kind}` }, el('td', {}, el('code', {}, vis(p))), el('td', {}, kind),
+        el('td', {}, el('code', {}, secret(p) && o !== undefined ? 'redacted' : vis(maskedJson(o, p, secrets)))),
+        el('td', {}, el('code', {}, vis(shownNew)))));
     }
     table.append(tbody);
     check.append(table);
@@ -495,20 +660,21 @@ async function decide(q, body) {
     closedIds.add(q.rid);
     let text;
     if (body.decision === 'approve') {
-      text = `Approved request ${q.rid}. The ledger issued ticket ${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`;
+      text = frag('Approved request ', vis(q.rid), `. The ledger issued ticket ${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`);
     } else if (body.decision === 'reject') {
-      text = `Rejected request ${q.rid}. Ticket ${a.ticket_id}; the agent is told the rationale.`;
+      text = frag('Rejected request ', vis(q.rid), `. Ticket ${a.ticket_id}; the agent is told the rationale.`);
     } else {
-      text = `Edited request ${q.rid}: the edited call is request ${a.new_request_id}, approved with ticket `
-        + `${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`;
+      text = frag('Edited request ', vis(q.rid), `: the edited call is request ${a.new_request_id}, approved with ticket `
+        + `${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`);
     }
-    if (a.duplicate) text += ' (It was already recorded: this is the recorded answer.)';
+    if (a.duplicate) text.append(' (It was already recorded: this is the recorded answer.)');
     removeFromQueue(q.rid, null);
     announce(text, 'done');
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     if (q.state === 'deciding') q.state = before;
-    q.error.textContent = `The ledger refused: ${e.message} (${e.status} ${e.code}).`;
+    clear(q.error);
+    q.error.append(vis(`The ledger refused: ${e.message} (${e.status} ${e.code}).`));
     for (const btn of q.card.querySelectorAll('button')) {
       btn.disabled = q.state !== 'open' && btn.hasAttribute('data-decide');
     }
@@ -566,13 +732,13 @@ async function startQueue() {
   for (const p of pending.pending) {
     if (closedIds.has(p.request_id) || queue.has(p.request_id)) continue;
     try {
-      const r = await loadRequest(p.request_id);
+      const r = await loadRequest(p.request_id, { firstPage: true });
       if (r.state === 'open' && r.interrupt && !closedIds.has(p.request_id) && !queue.has(p.request_id)) {
         addToQueue(r.interrupt);
       }
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
-      announce(`Could not read request ${p.request_id}: ${e.message}`, 'warn');
+      announce(frag('Could not read request ', vis(p.request_id), `: ${e.message}`), 'warn');
     }
   }
   ticker = setInterval(tick, 500);
@@ -586,29 +752,35 @@ function setStreamStatus(state, text) {
 
 // ---------------------------------------------------------------------------- history
 
+/** What a record says, in words; every string from the record with its hidden characters marked. */
 function recordSummary(r) {
   const b = r.body;
+  const v = (x) => vis(x);
   switch (r.kind) {
     case 'interrupt':
-      return `asked to run ${b.tool}${b.edit_of ? ` (an edit of request ${b.edit_of})` : ''}; deadline ${fmtTs(b.expires_at)}`;
+      return frag('asked to run ', toolName(b.tool), b.edit_of ? frag(' (an edit of request ', v(b.edit_of), ')') : null,
+        `; deadline ${fmtTs(b.expires_at)}`);
     case 'decision':
       return b.decision === 'edit'
-        ? `edited: superseded by request ${b.superseded_by}`
-        : `approved, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}${b.rationale ? `; rationale: ${b.rationale}` : ''}`;
+        ? frag('edited: superseded by request ', v(b.superseded_by))
+        : frag(`approved, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}`, b.rationale ? frag('; rationale: ', v(b.rationale)) : null);
     case 'rejection':
-      return `rejected: ${b.rationale}`;
+      return frag('rejected: ', v(b.rationale));
     case 'authorization':
-      return b.granted ? `authorization granted${b.would_deny ? ` (observe mode; would deny: ${b.would_deny})` : ''}` : `authorization denied: ${b.code}`;
+      return b.granted
+        ? frag('authorization granted', b.would_deny ? ` (observe mode; would deny: ${b.would_deny})` : null)
+        : frag(`authorization denied: ${b.code}`);
     case 'follow_up':
-      return `follow-up: ${b.outcome}${b.operation_id ? ` (operation ${b.operation_id})` : ''}`;
+      return frag('follow-up: ', v(b.outcome), b.operation_id ? frag(' (operation ', v(b.operation_id), ')') : null,
+        typeof b.detail === 'string' ? frag('; detail: ', v(b.detail)) : null);
     case 'timeout':
-      return `timed out (deadline ${fmtTs(b.expires_at)})`;
+      return frag(`timed out (deadline ${fmtTs(b.expires_at)})`);
     case 'revocation':
-      return `revoked: ${b.reason}`;
+      return frag('revoked: ', v(b.reason));
     case 'refusal':
-      return `refused ${b.method} ${b.path}: ${b.error}`;
+      return frag(`refused ${b.method} `, v(b.path), `: ${b.error}`);
     default:
-      return r.kind;
+      return frag(r.kind);
   }
 }
 
@@ -620,10 +792,13 @@ function historyTable(records, caption, withRequest) {
   for (const r of records) {
     const what = el('td', {}, recordSummary(r));
     if (r.kind === 'interrupt') what.append(el('div', { class: 'args' }, renderArgs(r.body.args, r.body.redacted)));
-    tbody.append(el('tr', {},
+    if (r.kind === 'follow_up' && isObject(r.body.detail)) {
+      what.append(el('div', { class: 'args detail' }, renderArgs(r.body.detail, [])));
+    }
+    tbody.append(el('tr', { 'data-seq': String(r.seq) },
       el('td', {}, String(r.thread_seq)), el('td', {}, String(r.seq)), el('td', {}, fmtTs(r.ts)), el('td', {}, r.kind),
-      ...(withRequest ? [el('td', {}, r.request_id === null ? '—' : el('code', { text: r.request_id }))] : []),
-      el('td', {}, `${r.actor.principal} (${r.actor.role})`), what));
+      ...(withRequest ? [el('td', {}, r.request_id === null ? '—' : idCode(r.request_id))] : []),
+      el('td', {}, who(r.actor)), what));
   }
   table.append(tbody);
   return table;
@@ -632,27 +807,27 @@ function historyTable(records, caption, withRequest) {
 async function showRequestHistory(rid) {
   const out = $('history');
   clear(out);
-  out.append(el('p', {}, `Reading request ${rid}…`));
+  out.append(el('p', {}, 'Reading request ', vis(rid), '…'));
   try {
-    const r = await api('GET', `/v1/requests/${seg(rid)}`);
+    const r = await readRequest(rid);
     clear(out);
     out.append(
-      el('h3', {}, `History of request ${rid}`),
+      el('h3', {}, 'History of request ', vis(rid)),
       el('p', { class: 'state' }, 'State recorded by the ledger: ', el('strong', { text: r.state.replace('_', ' ') }),
         r.state === 'open' ? ' — still open: decide it under "Needs an answer now", not here.' : ' — answered; nothing to decide.'),
-      historyTable(r.records, `Records of request ${rid}, in log order (history, read-only)`, false),
+      historyTable(r.records, frag('Records of request ', vis(rid), ', in log order (history, read-only)'), false),
     );
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     clear(out);
-    out.append(el('p', { class: 'error', role: 'alert' }, `Could not read request ${rid}: ${e.message} (${e.code}).`));
+    out.append(el('p', { class: 'error', role: 'alert' }, 'Could not read request ', vis(rid), ': ', vis(`${e.message} (${e.code}).`)));
   }
 }
 
 async function showThreadHistory(tid) {
   const out = $('history');
   clear(out);
-  out.append(el('p', {}, `Reading thread ${tid}…`));
+  out.append(el('p', {}, 'Reading thread ', vis(tid), '…'));
   try {
     const records = [];
     let after = null;
@@ -665,10 +840,10 @@ async function showThreadHistory(tid) {
     }
     clear(out);
     out.append(
-      el('h3', {}, `History of thread ${tid}`),
+      el('h3', {}, 'History of thread ', vis(tid)),
       records.length === 0
         ? el('p', {}, 'The ledger has no records for this thread.')
-        : historyTable(records, `Records of thread ${tid}, in thread order (history, read-only)`, true),
+        : historyTable(records, frag('Records of thread ', vis(tid), ', in thread order (history, read-only)'), true),
     );
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
@@ -676,7 +851,7 @@ async function showThreadHistory(tid) {
     const why = e.status === 403
       ? 'A thread\'s history is for auditors: this token\'s role may not read it. Sign in with an auditor token.'
       : `${e.message} (${e.code}).`;
-    out.append(el('p', { class: 'error', role: 'alert' }, `Could not read thread ${tid}: ${why}`));
+    out.append(el('p', { class: 'error', role: 'alert' }, 'Could not read thread ', vis(tid), `: ${why}`));
   }
 }
 
@@ -709,18 +884,18 @@ async function runVerify(bytes, source) {
       + `${fmtTs(report.first_ts)} to ${fmtTs(report.last_ts)}.`)
     : el('p', { class: 'verdict fail', id: 'verdict', 'data-ok': 'false', 'data-code': report.problem.code },
       `Not verified. First failure: `, el('code', { text: report.problem.code }),
-      report.problem.seq === null ? '' : ` at record seq ${report.problem.seq}`, `: ${report.problem.message}`);
+      report.problem.seq === null ? '' : ` at record seq ${report.problem.seq}`, ': ', vis(report.problem.message));
   const list = el('ol', { class: 'checks', id: 'checks' });
   const label = { pass: 'passed', fail: 'FAILED', incomplete: 'stopped', not_run: 'not run' };
   for (const c of checks) {
     list.append(el('li', { class: `check ${c.status}`, 'data-check': c.id, 'data-status': c.status },
       el('strong', {}, `${label[c.status]}: `), c.title,
       el('div', { class: 'note' }, c.what),
-      c.detail ? el('div', { class: 'detail' }, c.detail) : null));
+      c.detail ? el('div', { class: 'detail' }, vis(c.detail)) : null));
   }
   out.append(el('h3', {}, `Result for ${source}`), verdict, list);
   out.append(el('pre', { class: 'report', id: 'verify-report', 'aria-label': 'The report as verify-export --format json prints it' },
-    JSON.stringify(report, null, 2)));
+    readableJson(report))); // hidden characters of a message as \u escapes
 }
 
 function showPinned() {
@@ -788,21 +963,68 @@ function setupVerify() {
 
 // ------------------------------------------------------------------------ places, sign-in
 
+const PLACES = ['queue', 'recorded', 'verify'];
+/** The longest part of a link quoted back in a message. */
+const MAX_QUOTED = 120;
+
+/**
+ * What a location fragment asks for: `{place, requestId, problem}`. Never throws: a fragment
+ * that is not percent-encoded UTF-8 (`#recorded/request/%E0%A4`), names no place, or names a
+ * request id that is not an id gives the place it can (the queue when none) and a `problem`
+ * to show. The parts are split on "/" before decoding, so an id's own "/" (sent as %2F) stays
+ * in the id.
+ */
+function parseRoute(hash) {
+  const raw = String(hash ?? '').replace(/^#/, '');
+  if (raw === '') return { place: 'queue', requestId: null, problem: null };
+  const [head, ...rest] = raw.split('/');
+  const unknown = { place: 'queue', requestId: null, problem: 'This link names no place of the console' };
+  if (head === 'queue' || head === 'verify') return rest.length === 0 ? { place: head, requestId: null, problem: null } : unknown;
+  if (head !== 'recorded') return unknown;
+  if (rest.length === 0 || (rest.length === 1 && rest[0] === '')) return { place: 'recorded', requestId: null, problem: null };
+  if (rest[0] !== 'request' || rest.length < 2) {
+    return { place: 'recorded', requestId: null, problem: 'This link names nothing the "Recorded" place can show' };
+  }
+  let id;
+  try {
+    id = decodeURIComponent(rest.slice(1).join('/'));
+  } catch {
+    return { place: 'recorded', requestId: null, problem: 'The request id in this link is not percent-encoded UTF-8' };
+  }
+  if (!validId(id)) {
+    return { place: 'recorded', requestId: null, problem: 'The request id in this link is not a request id (1 to 256 bytes, no control characters)' };
+  }
+  return { place: 'recorded', requestId: id, problem: null };
+}
+
+/** Shows the place the location asks for. Never throws: the queue and the stream go on. */
 function route() {
-  const h = decodeURIComponent(location.hash.slice(1));
-  let place = 'queue';
-  if (h.startsWith('recorded')) place = 'recorded';
-  else if (h.startsWith('verify')) place = 'verify';
-  for (const p of ['queue', 'recorded', 'verify']) {
-    $(`place-${p}`).hidden = p !== place;
+  let r;
+  try {
+    r = parseRoute(location.hash);
+  } catch (e) {
+    r = { place: 'queue', requestId: null, problem: `This link could not be read (${e.message})` };
+  }
+  for (const p of PLACES) {
+    $(`place-${p}`).hidden = p !== r.place;
     const tab = $(`tab-${p}`);
-    if (p === place) tab.setAttribute('aria-current', 'page');
+    if (p === r.place) tab.setAttribute('aria-current', 'page');
     else tab.removeAttribute('aria-current');
   }
-  const m = /^recorded\/request\/(.+)$/s.exec(h);
-  if (m) {
-    $('request-id').value = m[1];
-    showRequestHistory(m[1]);
+  const note = $('route-problem');
+  clear(note);
+  note.hidden = r.problem === null;
+  if (r.problem !== null) {
+    const quoted = location.hash.length > MAX_QUOTED ? `${location.hash.slice(0, MAX_QUOTED)}…` : location.hash;
+    note.append(`${r.problem}: `, el('code', {}, vis(quoted)), `. Showing "${$(`tab-${r.place}`).firstChild.textContent.trim()}" instead; `
+      + 'the queue and the live stream are not affected.');
+  }
+  if (r.requestId !== null) {
+    $('request-id').value = r.requestId;
+    showRequestHistory(r.requestId).catch((e) => {
+      clear($('history'));
+      $('history').append(el('p', { class: 'error', role: 'alert' }, `Could not show the request: ${e.message}`));
+    });
   }
 }
 

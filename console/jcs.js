@@ -370,6 +370,7 @@ export function canonicalize(value) {
     else if (v === true) out.push('true');
     else if (v === false) out.push('false');
     else if (v instanceof JsonInt) out.push(String(v.value));
+    else if (v instanceof ExponentNumber) out.push(v.value.toExponential());
     else if (typeof v === 'number') {
       if (!Number.isFinite(v)) throw new JsonError('NaN and Infinity have no JSON form', false);
       out.push(String(v)); // ECMAScript Number::toString, which RFC 8785 adopts; -0 prints "0"
@@ -397,3 +398,81 @@ export function canonicalize(value) {
   }
   return out.join('');
 }
+
+/**
+ * A value as JSON text for a request body the ledger reads strictly (docs/protocol.md 2.4):
+ * the canonical text, except that an integral number beyond +-(2^53-1) is written in exponent
+ * form (`1e+20`, the shortest that reads back as the same double). JCS writes such a double
+ * as an integer literal (`100000000000000000000`), which a leaf may hold but a request body
+ * may not: the ledger refuses integer literals beyond 2^53 as ambiguous. The exponent form is
+ * a double literal, so the ledger reads the same double and its canonical form is unchanged.
+ * Object members whose value is undefined are left out (as JSON.stringify does).
+ * @param {*} value
+ * @returns {string}
+ * @throws {JsonError} as canonicalize
+ */
+export function requestJson(value) {
+  const wide = (v) => typeof v === 'number' && Number.isInteger(v) && Math.abs(v) > MAX_SAFE_INTEGER;
+  const walk = (v) => {
+    if (wide(v)) return new ExponentNumber(v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v !== null && typeof v === 'object' && !(v instanceof JsonInt)) {
+      const o = Object.create(null);
+      // A member whose value is undefined is left out, as JSON.stringify leaves it out.
+      for (const k of Object.keys(v)) if (v[k] !== undefined) o[k] = walk(v[k]);
+      return o;
+    }
+    return v;
+  };
+  return canonicalize(walk(value));
+}
+
+/** A number canonicalize writes in exponent form (requestJson's large doubles). */
+class ExponentNumber {
+  /** @param {number} value */
+  constructor(value) {
+    this.value = value;
+  }
+}
+
+/**
+ * Indented JSON text for people to read and edit: as JSON.stringify(v, null, 2), except that
+ * a large integral double is written in exponent form (as requestJson does, so that the text
+ * is accepted back unchanged) and every character that would not show as itself (controls,
+ * format and bidirectional characters such as U+202E, zero-width and other invisible
+ * characters, separators other than the space) is written as its \u escape: the same JSON
+ * value, but nothing in the text can hide or reorder what is around it.
+ * @param {*} value
+ * @returns {string}
+ */
+export function readableJson(value) {
+  const marks = [];
+  // A nonce, so that no string of the value can pass for a marker.
+  const nonce = Math.random().toString(36).slice(2) + Date.now().toString(36);
+  const text = JSON.stringify(value, (k, v) => {
+    if (typeof v === 'number' && Number.isInteger(v) && Math.abs(v) > MAX_SAFE_INTEGER) {
+      marks.push(v.toExponential());
+      return `\u0000${nonce}-${marks.length - 1}\u0000`;
+    }
+    return v;
+  }, 2);
+  return text
+    .replace(new RegExp(`"\\\\u0000${nonce}-(\\d+)\\\\u0000"`, 'g'), (m, i) => marks[Number(i)])
+    // (The only raw control left in JSON.stringify's text is the indentation's line feed:
+    // it escapes U+0000-U+001F inside strings.)
+    .replace(HIDDEN_CHARS, (c) => {
+      if (c === '\n') return c;
+      let out = '';
+      for (let i = 0; i < c.length; i++) out += '\\u' + c.charCodeAt(i).toString(16).padStart(4, '0');
+      return out;
+    });
+}
+
+/**
+ * Characters that do not show as themselves, or change how what surrounds them shows: controls
+ * (Cc), format characters (Cf: bidirectional embeddings, overrides and isolates such as
+ * U+202A-U+202E and U+2066-U+2069, zero-width characters such as U+200B), private-use,
+ * surrogate and unassigned code points, line and paragraph separators, every space separator
+ * but U+0020, and Unicode's default-ignorable characters (variation selectors, fillers, tags).
+ */
+export const HIDDEN_CHARS = /[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Cn}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]|[^\P{Zs} ]/gu;

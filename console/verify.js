@@ -558,10 +558,17 @@ function checkRecord(rec) {
   hash('thread_prev');
   const actor = get('actor');
   if (!isObject(actor)) throw envelopeError('actor is not an object');
-  if (Object.keys(actor).length !== 2) throw envelopeError('actor must have exactly principal and role');
+  // {principal, role}, or {principal, role, tenant} for an agent whose tenant is not its
+  // principal (docs/protocol.md 2.1): tenant an id.
+  const actorKeys = Object.keys(actor);
+  if (!actorKeys.every((k) => k === 'principal' || k === 'role' || k === 'tenant')
+    || actorKeys.length !== (has(actor, 'tenant') ? 3 : 2)) {
+    throw envelopeError('actor must have exactly principal and role, and optionally tenant');
+  }
   id('principal', actor);
   const role = str('role', actor);
   if (!ROLES.includes(role)) throw envelopeError(`actor role ${JSON.stringify(role)} is unknown`);
+  if (has(actor, 'tenant')) id('tenant', actor);
   const body = get('body');
   if (!isObject(body)) throw envelopeError('body is not an object');
   const fields = BODY_FIELDS[kind];

@@ -88,7 +88,10 @@ class Ledger:
             self.proc.stdout.close()
 
 
-def start_ledger(root: Path) -> Ledger:
+def start_ledger(root: Path, extra_tokens: tuple[tuple[str, str, str, tuple[str, ...]], ...] = ()
+                 ) -> Ledger:
+    """A server in ``root`` with a token per name of ROLES, and one per ``extra_tokens`` entry
+    ``(name, principal, role, tenants)`` (``token add --tenant`` for each tenant)."""
     binary = ledger_bin()
     if not binary.is_file():
         pytest.fail(f"hitl-ledger binary not found at {binary}: build it "
@@ -103,6 +106,11 @@ def start_ledger(root: Path) -> Ledger:
         role = name.rstrip("2")
         answer = json.loads(_run(binary, data, "token", "add", "--principal", f"web-{name}",
                                  "--role", role, "--format", "json"))
+        tokens[name] = answer["token"]
+    for name, principal, role, tenants in extra_tokens:
+        tenant_args = [a for t in tenants for a in ("--tenant", t)]
+        answer = json.loads(_run(binary, data, "token", "add", "--principal", principal,
+                                 "--role", role, *tenant_args, "--format", "json"))
         tokens[name] = answer["token"]
     log = root / "server.log"
     proc = subprocess.Popen(

@@ -97,8 +97,24 @@ def _run(binary: Path, data: Path, *args: str) -> str:
     return done.stdout
 
 
+@dataclass(frozen=True)
+class TokenSpec:
+    """A further token of a test's server: ``name`` (its key in ``tokens`` and ``clients``),
+    its principal, role and tenants (``hitl-ledger token add --tenant``, repeated; for an agent
+    at most one: its tenant, for another role the tenants it is scoped to)."""
+
+    name: str
+    principal: str
+    role: str
+    tenants: tuple[str, ...] = ()
+
+
 def start_server(
-    root: Path, policy: dict | None = None, *, extra_args: tuple[str, ...] = ()
+    root: Path,
+    policy: dict | None = None,
+    *,
+    extra_args: tuple[str, ...] = (),
+    extra_tokens: tuple[TokenSpec, ...] = (),
 ) -> LedgerServer:
     binary = ledger_bin()
     if not binary.exists():
@@ -130,13 +146,20 @@ def start_server(
              "--format", "json")
     )
     tokens["agent2"] = answer["token"]
+    for spec in extra_tokens:
+        tenant_args = [a for t in spec.tenants for a in ("--tenant", t)]
+        answer = json.loads(
+            _run(binary, data, "token", "add", "--principal", spec.principal, "--role",
+                 spec.role, *tenant_args, "--format", "json")
+        )
+        tokens[spec.name] = answer["token"]
     log = root / "server.log"
     proc, addr = _serve(binary, data, log, "127.0.0.1:0", extra_args)
     server = LedgerServer(
         data=data, url=f"http://{addr}", proc=proc, tokens=tokens,
         verifier_key=verifier_key, log=log, extra_args=extra_args,
     )
-    for role in (*ROLES, "reviewer2", "agent2"):
+    for role in (*ROLES, "reviewer2", "agent2", *(spec.name for spec in extra_tokens)):
         server.clients[role] = server.client(role)
     return server
 
@@ -204,8 +227,13 @@ def ledger(request, tmp_path_factory):
 def make_ledger(tmp_path_factory):
     started: list[LedgerServer] = []
 
-    def make(policy: dict | None = None, extra_args: tuple[str, ...] = ()) -> LedgerServer:
-        server = start_server(tmp_path_factory.mktemp("ledger"), policy, extra_args=extra_args)
+    def make(
+        policy: dict | None = None,
+        extra_args: tuple[str, ...] = (),
+        extra_tokens: tuple[TokenSpec, ...] = (),
+    ) -> LedgerServer:
+        server = start_server(tmp_path_factory.mktemp("ledger"), policy, extra_args=extra_args,
+                              extra_tokens=extra_tokens)
         started.append(server)
         return server
 

@@ -20,6 +20,7 @@ CODES = {
     "invalid_ticket_id": 400, "unknown_follows": 400, "unauthenticated": 401, "forbidden": 403,
     "not_found": 404, "request_not_found": 404, "thread_not_found": 404, "append_only": 405,
     "method_not_allowed": 405, "conflict": 409, "idempotency_conflict": 409,
+    "identifier_in_use": 409,
     "body_too_large": 413, "record_too_large": 413, "unsupported_media_type": 415,
     "overloaded": 503, "unwritable": 503, "storage_error": 500, "internal_error": 500,
 }
@@ -321,3 +322,48 @@ def test_parse_resume_edit_binds_the_new_request():
     plain = parse_resume("tk", request_id="orig", action=ACTION)
     assert (plain.request_id, plain.ticket_id, plain.action, plain.edited) == (
         "orig", "tk", ACTION, False)
+
+
+# ------------------------------------------------------------------ paged request reads
+
+def rec(seq: int, kind: str = "follow_up") -> dict:
+    return {"seq": seq, "kind": kind, "request_id": "r-1", "body": {}}
+
+
+def page(records, state="open", next_after=None) -> tuple:
+    answer = {"request_id": "r-1", "state": state, "records": records}
+    if next_after is not None:
+        answer["next_after"] = next_after
+    return (200, answer, {})
+
+
+def test_get_request_follows_next_after_until_absent(fake):
+    fake.answers += [
+        page([rec(3, "interrupt"), rec(5)], next_after=5),
+        page([rec(9), rec(12)], next_after=12),
+        page([rec(20, "decision")], state="approved"),
+    ]
+    st = client(fake.url).get_request("r-1")
+    assert [r["seq"] for r in st.records] == [3, 5, 9, 12, 20]
+    assert st.state == "approved" and st.kinds()[0] == "interrupt"
+    assert "next_after" not in st.raw and st.raw["records"] == st.records
+    assert [p for _, p, _, _ in fake.requests] == [
+        "/v1/requests/r-1", "/v1/requests/r-1?after=5", "/v1/requests/r-1?after=12"]
+
+
+def test_get_request_without_paging_is_one_read(fake):
+    fake.answers.append(page([rec(3, "interrupt"), rec(4, "decision")], state="approved"))
+    st = client(fake.url).get_request("r/1")
+    assert [r["seq"] for r in st.records] == [3, 4] and st.state == "approved"
+    assert [p for _, p, _, _ in fake.requests] == ["/v1/requests/r%2F1"]
+
+
+@pytest.mark.parametrize("pages", [
+    [page([rec(3)], next_after=3), page([rec(4)], next_after=3)],  # does not move
+    [page([rec(3)], next_after=3), page([], next_after=9)],  # an empty page with a cursor
+    [page([rec(3)], next_after="3")],  # not an integer
+])
+def test_get_request_refuses_a_cursor_that_does_not_move(fake, pages):
+    fake.answers += pages
+    with pytest.raises(errors.LedgerProtocolError, match="does not move"):
+        client(fake.url).get_request("r-1")

@@ -100,9 +100,11 @@ def record(seq: int, kind: str = "decision", **extra) -> dict:
 def frame(seq: int, *, id_: str | None = None, rec: dict | None = None,
           leaf_hash: str | None = None, data_seq: int | None = None, eol: bytes = b"\n") -> bytes:
     rec = rec if rec is not None else record(seq)
-    h = leaf_hash or digest.leaf_hash(digest.canonicalize(rec))
-    data = json.dumps({"leaf_hash": h, "record": rec,
-                       "seq": seq if data_seq is None else data_seq})
+    leaf = digest.canonicalize_record(rec)
+    h = leaf_hash or digest.leaf_hash(leaf)
+    # As the server writes it: the leaf spliced in byte for byte.
+    data = '{"leaf_hash":%s,"record":%s,"seq":%s}' % (
+        json.dumps(h), leaf.decode("utf-8"), json.dumps(seq if data_seq is None else data_seq))
     lines = [] if id_ == "" else [f"id: {seq if id_ is None else id_}".encode()]
     lines += [b"event: record", b"data: " + data.encode(), b""]
     return eol.join(lines) + eol
@@ -252,6 +254,49 @@ def test_events_refuse_what_breaks_the_order(sse, bad, message):
     with pytest.raises(EventStreamError, match=message):
         list(stream)
     assert stream.closed
+
+
+#: Numbers a leaf holds as integer literals beyond 2^53 (JCS writes the double 1e20 as
+#: 100000000000000000000), which a strict request parser refuses but a record may hold; they
+#: are read as the doubles they name.
+LARGE = {"n": 1e20, "m": -1.2345678901234567e19, "p": 1.8446744073709552e19, "f": 1.5e300,
+         "e": 2e21, "list": [1e20, 1]}
+
+
+def test_events_deliver_a_record_holding_large_numbers(sse):
+    big = record(1, kind="follow_up", body={"detail": LARGE})
+    sse.script.append(Conn([frame(1, rec=big), frame(2)], hold=True))
+    with client(sse.url).events(after=0, idle_timeout=5.0) as stream:
+        first, second = take(stream, 2)
+    assert (first.seq, second.seq) == (1, 2)  # the record after it arrives too
+    detail = first.body["detail"]
+    assert detail == LARGE and type(detail["n"]) is float and detail["list"][1] == 1
+    leaf = digest.record_leaf(first.record)
+    assert leaf.count(b"100000000000000000000") == 2 and b"-12345678901234567000" in leaf
+    assert first.leaf_hash == digest.leaf_hash(digest.record_leaf(first.record))
+
+
+def test_events_still_refuse_a_large_integer_that_is_not_a_leafs(sse):
+    # 2^53 + 1 is no double's canonical text: no leaf holds it, so the hash cannot check.
+    forged = record(1, kind="follow_up", body={"detail": {"n": 9007199254740993}})
+    leaf = digest.canonicalize_record(forged).replace(b"9007199254740992", b"9007199254740993")
+    sse.script.append(Conn([frame(1, rec=forged, leaf_hash=digest.leaf_hash(leaf))], hold=True))
+    with pytest.raises(EventStreamError, match="is not the record's"):
+        next(client(sse.url).events(after=0, idle_timeout=2.0))
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": 1, "a": 2}', "duplicate"),
+    ('{"a": NaN}', "NaN"),
+    ('{"a": 1e400}', "overflows"),
+    ('{"a": 1' + "0" * 400 + "}", "overflows"),
+])
+def test_loads_record_is_strict_about_everything_but_large_integers(text, message):
+    with pytest.raises(errors.NotCanonicalizable, match=message):
+        digest.loads_record(text)
+    assert digest.loads_record('{"n": 100000000000000000000, "s": 3}') == {"n": 1e20, "s": 3}
+    assert digest.canonicalize_record({"n": 10**20, "b": True}) == (
+        b'{"b":true,"n":100000000000000000000}')
 
 
 def test_events_refuse_a_record_at_or_before_after(sse):
@@ -488,6 +533,48 @@ def test_agent_sees_only_its_own_requests_and_reviewer_sees_all(ledger):
     assert new[1].seq == new[0].seq + 1  # one atomic write: three consecutive seqs
     assert {e.seq for e in agent1}.isdisjoint({e.seq for e in agent2})
     assert {e.seq for e in agent1} | {e.seq for e in agent2} == {e.seq for e in reviewer}
+
+
+#: A follow-up whose detail holds numbers that the ledger stores as integer literals beyond 2^53.
+BIG_FOLLOW_UP = (b'{"follow_up_id":"f-big","follows":"%s","outcome":"noted","detail":'
+                 b'{"n":1e20,"m":-12345678901234567e3,"p":1.8446744073709552e19,'
+                 b'"s":[1e300,2e21]}}')
+BIG_STORED = {"n": 1e20, "m": -1.2345678901234567e19, "p": 1.8446744073709552e19,
+              "s": [1e300, 2e21]}
+
+
+def append_big_follow_up(agent: LedgerClient, rid: str, follows: str) -> dict:
+    """Append BIG_FOLLOW_UP to ``rid`` as raw bytes (the client's own writer would refuse the
+    literal 1e20, whose canonical form is an integer beyond 2^53); answer its record."""
+    status, answer = agent.request("POST", f"/v1/requests/{rid}/follow-ups",
+                                   raw_body=BIG_FOLLOW_UP % follows.encode(), idempotent=True)
+    assert status == 201, answer
+    assert answer["record"]["body"]["detail"] == BIG_STORED
+    return answer["record"]
+
+
+def test_a_record_holding_large_numbers_never_stalls_the_stream(ledger):
+    """Issue 19, defect 1: a leaf holding 100000000000000000000 made events() raise at that
+    seq on every reconnect, so nothing after it (the approval) ever arrived."""
+    thread = f"big-{uuid.uuid4().hex[:8]}"
+    start = size(ledger.auditor) - 1
+    rid = f"req-{uuid.uuid4().hex[:12]}"
+    intr = ledger.agent.append_interrupt(request_id=rid, thread_id=thread, interrupt_id="i-big",
+                                         action=ACTION)
+    append_big_follow_up(ledger.agent, rid, intr.leaf_hash)
+    decision = ledger.reviewer.approve(rid)
+    for reader in (ledger.agent, ledger.reviewer, ledger.auditor):
+        events = list(reader.events(after=start, idle_timeout=1.0))
+        ours = [e for e in events if e.request_id == rid]
+        assert [e.kind for e in ours] == ["interrupt", "follow_up", "decision"]
+        assert ours[1].body["detail"] == BIG_STORED
+        assert digest.leaf_hash(digest.record_leaf(ours[1].record)) == ours[1].leaf_hash
+        assert ours[2].seq == decision.seq and ours[2].body["ticket_id"] == decision.ticket_id
+    # The request read and the thread read give the same values, exactly.
+    (follow_up,) = ledger.reviewer.get_request(rid).of_kind("follow_up")
+    assert follow_up["body"]["detail"] == BIG_STORED
+    assert [r["body"].get("detail") for r in ledger.auditor.thread_records(thread)
+            if r["kind"] == "follow_up"] == [BIG_STORED]
 
 
 def test_invalid_position_and_token_are_typed_errors(ledger):

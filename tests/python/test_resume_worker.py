@@ -191,6 +191,27 @@ def test_another_agents_worker_never_sees_nor_resumes_our_request(ledger, setup,
     assert pending_request(setup.graph.graph, setup.thread)["request_id"] == rid
 
 
+def test_a_record_holding_large_numbers_does_not_stall_the_worker(ledger, setup, executor):
+    """Issue 19, defect 1: a follow-up whose detail the ledger stores as 100000000000000000000
+    made the worker's stream raise at that seq for good; the approval after it must arrive."""
+    from test_events import BIG_STORED, append_big_follow_up
+
+    rid = setup.pause()
+    (intr,) = ledger.auditor.get_request(rid).of_kind("interrupt")
+    big = append_big_follow_up(ledger.agent, rid, digest.leaf_hash(digest.record_leaf(intr)))
+    decision = ledger.reviewer.approve(rid)
+    worker = setup.worker()
+    (outcome,) = setup.ours(worker.poll_once())
+    assert (outcome.kind, outcome.ticket_id, outcome.seq) == ("approved", decision.ticket_id,
+                                                              decision.seq)
+    assert worker.last_seq >= decision.seq > big["seq"]
+    assert executor.calls == [{"args": ORDER,
+                               "idempotency_key": digest.idempotency_key(ORIGIN, rid)}]
+    assert kinds(ledger, setup.thread) == ["interrupt", "follow_up", "decision", "authorization",
+                                           "follow_up"]
+    assert ledger.auditor.get_request(rid).of_kind("follow_up")[0]["body"]["detail"] == BIG_STORED
+
+
 def test_a_restarted_worker_continues_after_its_saved_seq(ledger, setup, executor):
     rid = setup.pause()
     decision = ledger.reviewer.approve(rid)

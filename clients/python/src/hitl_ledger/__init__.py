@@ -23,9 +23,11 @@ from .digest import (
     ACTION_SCHEMA,
     action_digest,
     canonicalize,
+    canonicalize_record,
     canonicalize_text,
     idempotency_key,
     leaf_hash,
+    loads_record,
     loads_strict,
 )
 from .errors import (
@@ -58,9 +60,11 @@ __all__ = [
     "ACTION_SCHEMA",
     "action_digest",
     "canonicalize",
+    "canonicalize_record",
     "canonicalize_text",
     "idempotency_key",
     "leaf_hash",
+    "loads_record",
     "loads_strict",
     "ERROR_CLASSES",
     "DENIAL_CODES",

@@ -25,9 +25,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .digest import canonicalize, validate_action
+from .digest import canonicalize, leaf_int, validate_action
 from .events import Event, EventStream
 from .errors import (
+    HitlLedgerError,
     LedgerConnectionError,
     LedgerProtocolError,
     Overloaded,
@@ -104,7 +105,7 @@ class Authorization(WriteResult):
 
 @dataclass(frozen=True)
 class RequestState:
-    """``GET /v1/requests/{id}``: the request's state and every record naming it."""
+    """``GET /v1/requests/{id}``: the request's state and every record naming it (every page)."""
 
     request_id: str
     state: str
@@ -284,8 +285,10 @@ class LedgerClient:
             if not expect_json:
                 return status, payload.decode("utf-8")
             try:
-                return status, json.loads(payload)
-            except ValueError as e:
+                # Numbers beyond 2^53 as the doubles they are, however the answer spells them
+                # (a record's JCS integer literal, or an exponent): the same values as events().
+                return status, json.loads(payload, parse_int=leaf_int)
+            except (ValueError, HitlLedgerError) as e:
                 raise LedgerProtocolError(
                     f"{method} {path}: answer {status} is not JSON", status=status, body=payload
                 ) from e
@@ -486,14 +489,48 @@ class LedgerClient:
 
     # ------------------------------------------------------------------ reads
 
+    def request_page(
+        self, request_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """One page of ``GET /v1/requests/{id}?after=&limit=`` (reviewer, auditor), as answered:
+        ``{"request_id", "state", "records", "next_after"?}``; ``after`` is a record ``seq``."""
+        query = urllib.parse.urlencode(_drop_none({"after": after, "limit": limit}))
+        path = f"/v1/requests/{_seg(request_id)}" + (f"?{query}" if query else "")
+        _, answer = self.request("GET", path)
+        if not isinstance(answer, dict) or not isinstance(answer.get("records"), list):
+            raise LedgerProtocolError(f"GET {path} answered no records: {answer!r}")
+        return answer
+
     def get_request(self, request_id: str) -> RequestState:
-        """``GET /v1/requests/{id}`` (reviewer, auditor)."""
-        _, answer = self.request("GET", f"/v1/requests/{_seg(request_id)}")
+        """``GET /v1/requests/{id}`` (reviewer, auditor): the request's state and every record
+        naming it, in ``seq`` order.
+
+        The ledger pages the records (a page ends after 10,000 records or 16 MiB): this follows
+        ``next_after`` until a page comes without it, so ``records`` is always complete. The
+        ``state`` is the last page's (the latest read). A server that does not page answers
+        everything at once, which this reads as one page.
+        """
+        records: list[dict[str, Any]] = []
+        after: int | None = None
+        while True:
+            page = self.request_page(request_id, after=after)
+            records.extend(page["records"])
+            nxt = page.get("next_after")
+            if nxt is None:
+                break
+            if type(nxt) is not int or nxt < 0 or (after is not None and nxt <= after) \
+                    or not page["records"]:
+                # A cursor that does not move would loop for ever.
+                raise LedgerProtocolError(
+                    f"GET /v1/requests/{request_id}: next_after {nxt!r} does not move past "
+                    f"{after!r}"
+                )
+            after = nxt
         return RequestState(
-            request_id=answer["request_id"],
-            state=answer["state"],
-            records=answer["records"],
-            raw=answer,
+            request_id=page["request_id"],
+            state=page["state"],
+            records=records,
+            raw={**{k: v for k, v in page.items() if k != "next_after"}, "records": records},
         )
 
     def pending(self) -> list[dict[str, Any]]:
@@ -559,9 +596,12 @@ class LedgerClient:
 
         Every committed record the token may see with ``seq > after`` (``after=None``: from seq
         0), then live records as they commit, in ``seq`` order. A reviewer or auditor sees every
-        record; an agent token sees the records of requests its principal opened (for an edit's
-        new request, the principal that opened the original). For a live-only start, pass the
-        largest seq you hold, or ``checkpoint size - 1``.
+        record (a token scoped to tenants: those tenants' records); an agent token sees the
+        records of its tenant's requests (for an edit's new request, the tenant of the
+        original). For a live-only start, pass the largest seq you hold, or ``checkpoint size -
+        1``. Records are read losslessly: a large number in a record (JCS writes ``1e20`` as
+        ``100000000000000000000``) arrives as the double it is (a ``float``), as in every other
+        answer of this client.
 
         The iterator checks each event (its id strictly increases and equals the record's
         ``seq``; ``leaf_hash`` is the record's) and raises

@@ -9,6 +9,12 @@ Two parties must never digest "the same" call differently, so everything here is
   that overflow a double. With ``strict=False`` it follows RFC 8785 to the letter and rounds an
   out-of-range integer to the nearest double (the shared vectors' expectation); with
   ``strict=True`` it refuses such integers, as the ledger does for request bodies.
+- :func:`loads_record` and :func:`canonicalize_record` read what the ledger *answers*: a stored
+  record (a leaf) may hold integer literals beyond 2^53, because JCS writes a large double such
+  as ``1e20`` as ``100000000000000000000`` (spec section 2.2). Every number of a record is a
+  double, so such a literal is read as the double it names (a Python ``float``; the literal is
+  that double's shortest text, so nothing is lost) and written back as JCS writes it: every
+  record the ledger accepts is read, and its leaf hash checks.
 """
 
 from __future__ import annotations
@@ -135,6 +141,80 @@ def loads_strict(text: str | bytes, *, strict: bool = True) -> Any:
         raise NotCanonicalizable(f"not JSON: {e}") from e
 
 
+def leaf_int(digits: str) -> int | float:
+    """An integer literal of a record: an ``int`` up to ±(2^53−1), else the double it names
+    (RFC 8785 reads every number as a double; a leaf spells a large double as its shortest
+    integer text, ``1e20`` as ``100000000000000000000``). Refuses one beyond every double."""
+    # A literal of more than 309 digits is beyond the largest double (about 1.8e308).
+    if len(digits.lstrip("-")) > 309:
+        raise NotCanonicalizable(f"number {digits[:20]}... overflows a double")
+    value = int(digits)
+    if abs(value) <= MAX_SAFE_INTEGER:
+        return value
+    try:
+        return float(value)
+    except OverflowError as e:
+        raise NotCanonicalizable(f"number {digits} overflows a double") from e
+
+
+def loads_record(text: str | bytes) -> Any:
+    """Parse JSON the ledger answered (a record, an event's data) strictly and losslessly.
+
+    As :func:`loads_strict` (no duplicate names, no NaN/Infinity, no number that overflows a
+    double), except that an integer literal beyond ±(2^53−1) is accepted and read as the double
+    it names (:func:`leaf_int`): a leaf holds such literals for large doubles (``1e20`` is
+    stored as ``100000000000000000000``), and a reader must not fail on a record the ledger
+    accepted. :func:`canonicalize` writes the value back to the same bytes.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise NotCanonicalizable(f"not UTF-8: {e}") from e
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_refuse_constant,
+            parse_float=_parse_float,
+            parse_int=leaf_int,
+        )
+    except NotCanonicalizable:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise NotCanonicalizable(f"not JSON: {e}") from e
+
+
+def _as_doubles(value: Any, path: str = "") -> Any:
+    """``value`` with each integer beyond ±(2^53−1) as the double JCS reads it as."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if abs(value) <= MAX_SAFE_INTEGER:
+            return value
+        try:
+            return float(value)
+        except OverflowError as e:
+            raise NotCanonicalizable(f"number at {path or '/'} overflows a double") from e
+    if isinstance(value, (list, tuple)):
+        return [_as_doubles(item, f"{path}/{i}") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _as_doubles(v, f"{path}/{_escape_pointer(k) if isinstance(k, str) else k}")
+                for k, v in value.items()}
+    return value
+
+
+def canonicalize_record(value: Any) -> bytes:
+    """The RFC 8785 bytes of a value read from the ledger (a record, also as a plain
+    ``json.loads`` gives it): as :func:`canonicalize`, except that an integer beyond
+    ±(2^53−1) is written as JCS writes the corresponding double (RFC 8785 reads every number
+    as a double). For a record as the ledger stored it these are exactly its leaf bytes; an
+    integer that is not a double's canonical text (``9007199254740993``) comes out as that
+    double's (``9007199254740992``), so the leaf hash of such a forged record does not check.
+    """
+    return canonicalize(_as_doubles(value))
+
+
 def canonicalize_text(text: str | bytes, *, strict: bool = False) -> bytes:
     """The canonical bytes of JSON text (see :func:`loads_strict` for ``strict``)."""
     return canonicalize(loads_strict(text, strict=strict))
@@ -182,5 +262,6 @@ def leaf_hash(leaf: bytes) -> str:
 
 
 def record_leaf(record: dict[str, Any]) -> bytes:
-    """The leaf bytes of a record as answered in JSON: its JCS canonical form."""
-    return canonicalize(record)
+    """The leaf bytes of a record as answered in JSON: its JCS canonical form (large integers
+    as JCS writes doubles, see :func:`canonicalize_record`)."""
+    return canonicalize_record(record)

@@ -195,6 +195,13 @@ class IdempotencyConflict(ConflictError):
     code = "idempotency_conflict"
 
 
+class IdentifierInUse(ConflictError):
+    """An interrupt named a request id or thread id that another tenant's request or thread
+    already uses; nothing was written (the answer says no more about it)."""
+
+    code = "identifier_in_use"
+
+
 # 413 / 415
 class PayloadTooLarge(ApiError):
     status = 413
@@ -276,6 +283,7 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
         MethodNotAllowed,
         Conflict,
         IdempotencyConflict,
+        IdentifierInUse,
         BodyTooLarge,
         RecordTooLarge,
         UnsupportedMediaType,

@@ -6,7 +6,10 @@ What the stream promises and what this iterator checks:
 - Each event is ``event: record`` with ``id: SEQ`` and one ``data:`` line
   ``{"leaf_hash", "record", "seq"}``. The iterator checks that the id is a decimal integer equal
   to ``seq`` and to ``record["seq"]``, that ids strictly increase (and start above ``after``), and
-  that ``leaf_hash`` is the leaf hash of the record's canonical form. Any failure raises
+  that ``leaf_hash`` is the leaf hash of the record's canonical form. The data is read as the
+  ledger writes leaves: strictly (no duplicate names, no NaN), and losslessly: an integer
+  literal beyond 2^53 (JCS writes a large double such as ``1e20`` as one) is read as the double
+  it names (a ``float``), so a record holding one is delivered like any other. Any failure raises
   :class:`~hitl_ledger.errors.EventStreamError`: an event is never skipped or repeated silently.
 - A dropped connection, a read that sees neither an event nor a heartbeat for ``read_timeout``
   seconds, a connection error or a 5xx answer (503 included) makes it reconnect with
@@ -32,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .digest import canonicalize, leaf_hash, loads_strict
+from .digest import canonicalize_record, leaf_hash, loads_record
 from .errors import EventStreamError, HitlLedgerError, LedgerConnectionError
 from .sse import SSEError, SSEEvent, SSEParser
 
@@ -99,7 +102,7 @@ def parse_record_event(sse: SSEEvent, after: int | None) -> Event:
             after=after,
         )
     try:
-        data = loads_strict(sse.data)
+        data = loads_record(sse.data)
     except HitlLedgerError as e:
         raise EventStreamError(
             f"event {seq}: data is not JSON: {e}", event_id=raw_id, after=after
@@ -122,7 +125,7 @@ def parse_record_event(sse: SSEEvent, after: int | None) -> Event:
         raise EventStreamError(f"event {seq}: leaf_hash is not 64 lowercase hex digits",
                                event_id=raw_id, after=after)
     try:
-        actual = leaf_hash(canonicalize(record))
+        actual = leaf_hash(canonicalize_record(record))
     except HitlLedgerError as e:
         raise EventStreamError(f"event {seq}: record is not canonical JSON: {e}",
                                event_id=raw_id, after=after) from e
