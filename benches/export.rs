@@ -36,10 +36,7 @@ fn sizes() -> Vec<u64> {
 }
 
 fn agent() -> Actor {
-    Actor {
-        principal: "bench".into(),
-        role: "agent".into(),
-    }
+    Actor::agent("bench", None)
 }
 
 fn interrupt(i: u64, thread: &str) -> (Op, Actor) {

@@ -49,6 +49,9 @@ pub enum ErrorCode {
     Conflict,
     /// The same idempotency key with different content (section 4).
     IdempotencyConflict,
+    /// An interrupt names a request or thread id that belongs to a tenant the caller does not
+    /// reach (section 11.2).
+    IdentifierInUse,
     /// A request body over 1 MiB.
     BodyTooLarge,
     /// A record whose leaf would exceed 1 MiB.
@@ -98,6 +101,7 @@ impl ErrorCode {
             MethodNotAllowed => "method_not_allowed",
             Conflict => "conflict",
             IdempotencyConflict => "idempotency_conflict",
+            IdentifierInUse => "identifier_in_use",
             BodyTooLarge => "body_too_large",
             RecordTooLarge => "record_too_large",
             UnsupportedMediaType => "unsupported_media_type",
@@ -122,7 +126,7 @@ impl ErrorCode {
             Forbidden => 403,
             NotFound | RequestNotFound | ThreadNotFound => 404,
             AppendOnly | MethodNotAllowed => 405,
-            Conflict | IdempotencyConflict => 409,
+            Conflict | IdempotencyConflict | IdentifierInUse => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,
             Overloaded | Unwritable | DataDir => 503,

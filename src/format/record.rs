@@ -137,25 +137,96 @@ impl Kind {
 }
 
 /// Who caused a write, as the ledger authenticated it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `principal`, `role` and `tenant` are recorded (the record's `actor`); `reach` is not: it is
+/// what the caller's token lets it see and act on, and it is compared nowhere (two actors are
+/// equal when their recorded members are).
+#[derive(Debug, Clone)]
 pub struct Actor {
     /// The principal (token's principal, `local:<user>`, or `hitl-ledger`).
     pub principal: String,
     /// `agent`, `reviewer`, `auditor`, `admin` or `system`.
     pub role: String,
+    /// The tenant recorded beside the principal: `Some` only for an agent whose tenant is not
+    /// its own principal's name (protocol section 2.1); `None` means the principal names the
+    /// tenant, so every record written before tenants existed keeps its bytes.
+    pub tenant: Option<String>,
+    /// Which tenants' requests and threads the caller may see and act on. Not recorded.
+    pub reach: Reach,
 }
+
+/// The tenants a caller reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Every tenant: unscoped reviewer, auditor and admin tokens, the local command line, the
+    /// ledger itself.
+    All,
+    /// Only these (an agent: its one tenant; a scoped token: the tenants it names).
+    Only(Vec<String>),
+}
+
+impl PartialEq for Actor {
+    fn eq(&self, other: &Actor) -> bool {
+        self.principal == other.principal && self.role == other.role && self.tenant == other.tenant
+    }
+}
+
+impl Eq for Actor {}
 
 impl Actor {
     /// The ledger itself (timeouts).
     pub fn system() -> Actor {
+        Actor::with_role("hitl-ledger", "system", None)
+    }
+
+    /// An agent of `tenant` (its own principal's tenant when `None`): it reaches that tenant
+    /// alone, and the tenant is recorded only when it differs from the principal.
+    pub fn agent(principal: impl Into<String>, tenant: Option<&str>) -> Actor {
+        let principal = principal.into();
+        let tenant = tenant.filter(|t| *t != principal).map(str::to_owned);
+        let reach = Reach::Only(vec![tenant.clone().unwrap_or_else(|| principal.clone())]);
         Actor {
-            principal: "hitl-ledger".into(),
-            role: "system".into(),
+            principal,
+            role: "agent".into(),
+            tenant,
+            reach,
+        }
+    }
+
+    /// A caller of another role, reaching the named tenants (every tenant when `None`). No
+    /// tenant is recorded for it.
+    pub fn with_role(
+        principal: impl Into<String>,
+        role: impl Into<String>,
+        tenants: Option<Vec<String>>,
+    ) -> Actor {
+        Actor {
+            principal: principal.into(),
+            role: role.into(),
+            tenant: None,
+            reach: tenants.map_or(Reach::All, Reach::Only),
+        }
+    }
+
+    /// The tenant a request this actor opens belongs to: the recorded tenant, else the
+    /// principal.
+    pub fn tenant_name(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(&self.principal)
+    }
+
+    /// True when the caller may see and act on what belongs to `tenant`.
+    pub fn reaches(&self, tenant: &str) -> bool {
+        match &self.reach {
+            Reach::All => true,
+            Reach::Only(ts) => ts.iter().any(|t| t == tenant),
         }
     }
 
     fn to_value(&self) -> Value {
-        json!({"principal": self.principal, "role": self.role})
+        match &self.tenant {
+            None => json!({"principal": self.principal, "role": self.role}),
+            Some(t) => json!({"principal": self.principal, "role": self.role, "tenant": t}),
+        }
     }
 }
 
@@ -379,18 +450,36 @@ impl Record {
             .get("actor")
             .and_then(Value::as_object)
             .ok_or_else(|| env("actor is not an object".into()))?;
-        if actor_obj.len() != 2 {
-            return Err(env("actor must have exactly principal and role".into()));
-        }
+        let tenant = match actor_obj.len() {
+            2 => None,
+            3 if actor_obj.contains_key("tenant") => Some(get_id(actor_obj, "tenant")?),
+            _ => {
+                return Err(env(
+                    "actor must have exactly principal and role (and tenant for an agent)".into(),
+                ));
+            }
+        };
         let actor = Actor {
             principal: get_id(actor_obj, "principal")?,
             role: get_str(actor_obj, "role")?,
+            tenant,
+            reach: Reach::All,
         };
         if !["agent", "reviewer", "auditor", "admin", "system"].contains(&actor.role.as_str()) {
             return Err(env(format!(
                 "actor role {} is unknown",
                 crate::codec::quoted(&actor.role)
             )));
+        }
+        if let Some(t) = &actor.tenant
+            && (actor.role != "agent" || *t == actor.principal)
+        {
+            // Written only for an agent whose tenant is not its principal's name: any other
+            // spelling would be a second encoding of one actor.
+            return Err(env(
+                "actor tenant is recorded only for an agent whose tenant is not its principal"
+                    .into(),
+            ));
         }
         let body = obj
             .get("body")
@@ -601,10 +690,7 @@ mod tests {
             request_id: Some("r".into()),
             thread_seq: 1,
             thread_prev: [9; 32],
-            actor: Actor {
-                principal: "bot".into(),
-                role: "agent".into(),
-            },
+            actor: Actor::agent("bot", None),
             body,
         }
     }
@@ -622,6 +708,40 @@ mod tests {
             Record::from_leaf(spaced.as_bytes()),
             Err(LeafError::NotCanonical)
         );
+    }
+
+    #[test]
+    fn an_agent_tenant_is_recorded_only_when_it_is_not_the_principal() {
+        let mut r = sample();
+        r.actor = Actor::agent("bot", Some("bot"));
+        assert_eq!(r.actor.tenant, None);
+        assert!(r.actor.reaches("bot") && !r.actor.reaches("acme"));
+        r.actor = Actor::agent("bot", Some("acme"));
+        let leaf = r.leaf().unwrap();
+        let text = String::from_utf8(leaf.clone()).unwrap();
+        assert!(text.starts_with(
+            "{\"actor\":{\"principal\":\"bot\",\"role\":\"agent\",\"tenant\":\"acme\"},"
+        ));
+        let back = Record::from_leaf(&leaf).unwrap();
+        assert_eq!(back.actor.tenant_name(), "acme");
+        assert_eq!(back, r);
+        // Any other spelling of an actor is refused: a tenant on another role, a tenant equal
+        // to the principal, an extra member, a tenant that is not an id.
+        for actor in [
+            json!({"principal": "bot", "role": "reviewer", "tenant": "acme"}),
+            json!({"principal": "bot", "role": "agent", "tenant": "bot"}),
+            json!({"principal": "bot", "role": "agent", "tenant": "acme", "x": 1}),
+            json!({"principal": "bot", "role": "agent", "team": "acme"}),
+            json!({"principal": "bot", "role": "agent", "tenant": ""}),
+            json!({"principal": "bot", "role": "agent", "tenant": 7}),
+        ] {
+            let mut v = r.to_value();
+            v["actor"] = actor.clone();
+            assert!(
+                matches!(Record::from_value(&v), Err(LeafError::Envelope(_))),
+                "{actor} was accepted"
+            );
+        }
     }
 
     #[test]

@@ -71,3 +71,39 @@ pub fn thread_key(thread: &str, thread_seq: u64) -> Vec<u8> {
 pub fn request_record_key(rid: &str, seq: u64) -> Vec<u8> {
     join(rid.as_bytes(), &be(seq))
 }
+
+/// Key of a record of a tenant, in the `request_records` keyspace: 0x00 ‖ tenant ‖ 0x00 ‖ seq.
+/// No request id begins with 0x00 (ids hold no control character), so these keys never meet a
+/// request's; the decision stream of a scoped audience reads them instead of every record.
+pub fn tenant_record_key(tenant: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(tenant.len() + 10);
+    k.push(0);
+    k.extend_from_slice(&join(tenant.as_bytes(), &be(seq)));
+    k
+}
+
+/// The prefix of a tenant's record keys: 0x00 ‖ tenant ‖ 0x00.
+pub fn tenant_record_prefix(tenant: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(tenant.len() + 2);
+    k.push(0);
+    k.extend_from_slice(tenant.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Key of a thread's tenant, in the `thread_heads` keyspace: 0x00 ‖ thread id (no thread id
+/// begins with 0x00). Its value is the tenant's name.
+pub fn thread_tenant_key(thread: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(thread.len() + 1);
+    k.push(0);
+    k.extend_from_slice(thread.as_bytes());
+    k
+}
+
+/// Key of the derived state's format version, in the `meta` keyspace.
+pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
+
+/// The format of the derived state this build writes: 2 added request tenants, the tenant
+/// record keys and thread tenants. A store whose derived state has another version is rebuilt
+/// from its records when it opens.
+pub const DERIVED_VERSION: u64 = 2;

@@ -122,6 +122,28 @@ pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<
         .transpose()
 }
 
+/// The tenant a thread belongs to (its first record's request's), `None` for an unknown thread
+/// and the reserved refusals thread.
+///
+/// # Errors
+/// A storage error or a tenant that is not UTF-8.
+pub fn thread_tenant<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<String>> {
+    view.lookup(Cf::ThreadHeads, &thread_tenant_key(thread))?
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| Error::corrupt("a thread's tenant is not UTF-8"))
+        })
+        .transpose()
+}
+
+/// The version of the stored derived state ([`DERIVED_VERSION`] when current); `None` when the
+/// ledger holds no record yet, or its derived state predates versions (version 1).
+///
+/// # Errors
+/// A storage error or a value that is not 8 bytes.
+pub fn derived_version<L: Lookup + ?Sized>(view: &L) -> Result<Option<u64>> {
+    seq_at(view, Cf::Meta, DERIVED_VERSION_KEY)
+}
+
 /// Reads a seq-valued index entry.
 ///
 /// # Errors
@@ -154,6 +176,9 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         HEAD_KEY,
         encode(&(seq + 1, *leaf_hash, r.ts.micros())),
     );
+    if seq == 0 {
+        view.put(Cf::Meta, DERIVED_VERSION_KEY, be(DERIVED_VERSION).to_vec());
+    }
     view.put(Cf::ByHash, leaf_hash.to_vec(), be(seq).to_vec());
     view.put(
         Cf::Threads,
@@ -166,11 +191,41 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         encode(&(r.thread_seq + 1, *leaf_hash)),
     );
     let Some(rid) = r.request_id.as_deref() else {
+        // A refusal naming no request: its thread's tenant's (none in the reserved thread).
+        if let Some(tenant) = thread_tenant(view, &r.thread_id)? {
+            view.put(Cf::RequestRecords, tenant_record_key(&tenant, seq), Vec::new());
+        }
         return Ok(());
     };
     view.put(Cf::RequestRecords, request_record_key(rid, seq), Vec::new());
     if r.kind == Kind::Interrupt {
-        let st = RequestState::opened(r, seq);
+        let mut st = RequestState::opened(r, seq);
+        if let Some(original) = &st.edit_of {
+            // An edit's new request is the reviewer's record, and the original's tenant's.
+            st.tenant = request(view, original)?
+                .ok_or_else(|| {
+                    Error::corrupt_at(
+                        seq,
+                        format!(
+                            "record {seq} edits request {q_o}, which has no interrupt before it",
+                            q_o = crate::codec::quoted(original)
+                        ),
+                    )
+                })?
+                .tenant;
+        }
+        view.put(
+            Cf::RequestRecords,
+            tenant_record_key(&st.tenant, seq),
+            Vec::new(),
+        );
+        if r.thread_seq == 0 {
+            view.put(
+                Cf::ThreadHeads,
+                thread_tenant_key(&r.thread_id),
+                st.tenant.as_bytes().to_vec(),
+            );
+        }
         view.put(Cf::Idem, idem_interrupt(rid), be(seq).to_vec());
         view.put(Cf::Pending, be(seq).to_vec(), rid.as_bytes());
         view.put(
@@ -190,6 +245,11 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             ),
         )
     })?;
+    view.put(
+        Cf::RequestRecords,
+        tenant_record_key(&st.tenant, seq),
+        Vec::new(),
+    );
     let t = st.apply(r, seq);
     if t.closed {
         view.delete(Cf::Pending, be(st.interrupt_seq).to_vec());

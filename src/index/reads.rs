@@ -9,7 +9,7 @@ use crate::storage::{Keyspace, Read, scan_prefix};
 
 use super::keys::{
     deadline_key, grant_key, idem_decision, idem_follow_up, idem_interrupt, idem_revoke,
-    split_deadline_key, thread_key,
+    split_deadline_key, tenant_record_key, tenant_record_prefix, thread_key,
 };
 use super::{Lookup, View, seq_at};
 
@@ -199,6 +199,25 @@ pub fn thread_seqs<'a>(
                 read_be(&k[n..]).ok_or_else(|| Error::corrupt("a threads key is malformed"))?;
             let seq = read_be(&v).ok_or_else(|| Error::corrupt("a threads value is malformed"))?;
             Ok((ts, seq))
+        })
+}
+
+/// The seqs of a tenant's records from seq `from` on, ascending.
+pub fn tenant_seqs<'a>(
+    r: &'a dyn Read,
+    tenant: &str,
+    from: u64,
+) -> impl Iterator<Item = Result<u64>> + 'a {
+    let prefix = tenant_record_prefix(tenant);
+    let start = tenant_record_key(tenant, from);
+    let n = prefix.len();
+    r.scan(Keyspace::RequestRecords, &start)
+        .take_while(move |e| e.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix)))
+        .map(move |e| {
+            let (k, _) = e?;
+            read_be(&k[n..])
+                .filter(|_| k.len() == n + 8)
+                .ok_or_else(|| Error::corrupt("a tenant record key is malformed"))
         })
 }
 

@@ -3,8 +3,6 @@
 //! holds nothing of the writer's and a consumer on one server sees what every server of a
 //! shared database committed.
 
-use std::collections::HashMap;
-
 use crate::error::{Error, Result};
 use crate::format::merkle;
 use crate::format::merkle::Hash;
@@ -15,21 +13,16 @@ use crate::storage::{Keyspace, Read};
 /// The most records one [`EventFeed::next`] reads.
 pub const MAX_BATCH: usize = 512;
 
-/// How many request owners a feed remembers before it forgets them all (they are re-read on
-/// demand, so this bounds memory, not correctness).
-const MAX_OWNERS: usize = 65_536;
-
-/// How deep an edit chain is followed to the request that opened it (an edit's new request
-/// allows only `approve`, so real chains have one step).
-const MAX_EDIT_DEPTH: usize = 16;
 
 /// Who a stream is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Audience {
-    /// Reviewers, auditors and admins: every record.
+    /// Unscoped reviewers, auditors and admins: every record.
     Everything,
-    /// An agent: the records naming a request whose edit chain was opened by this principal.
-    OpenedBy(String),
+    /// An agent (its one tenant) or a scoped token (the tenants it names): the records of these
+    /// tenants' requests and threads, read from the tenant index rather than by looking at
+    /// every record.
+    Tenants(Vec<String>),
 }
 
 /// One committed record as the stream sends it.
@@ -54,26 +47,24 @@ pub struct Batch {
     pub full: bool,
 }
 
-/// A position in the log and the audience's filter, with the request owners it has looked up.
+/// A position in the log and the audience's filter.
 #[derive(Debug)]
 pub struct EventFeed {
     audience: Audience,
-    owners: HashMap<String, bool>,
-}
-
-/// Only the field the filter needs; the leaf was checked when it was written.
-#[derive(serde::Deserialize)]
-struct RequestOf {
-    request_id: Option<String>,
 }
 
 impl EventFeed {
     /// A feed for `audience`.
     pub fn new(audience: Audience) -> EventFeed {
-        EventFeed {
-            audience,
-            owners: HashMap::new(),
-        }
+        let audience = match audience {
+            Audience::Tenants(mut ts) => {
+                ts.sort();
+                ts.dedup();
+                Audience::Tenants(ts)
+            }
+            a => a,
+        };
+        EventFeed { audience }
     }
 
     /// The audience.
@@ -81,81 +72,88 @@ impl EventFeed {
         &self.audience
     }
 
-    /// The committed records after `after` (from seq 0 when `None`), at most [`MAX_BATCH`] of
-    /// them looked at, those for the audience returned.
+    /// The committed records after `after` (from seq 0 when `None`) for the audience, at most
+    /// [`MAX_BATCH`] of them.
     ///
     /// # Errors
-    /// Storage errors; `corrupt_store` for a record key or leaf that cannot be read.
+    /// Storage errors; `corrupt_store` for a record key or leaf that cannot be read, or an
+    /// index entry naming a missing record.
     pub fn next(&mut self, ledger: &Ledger, after: Option<u64>) -> Result<Batch> {
         let Some(start) = after.map_or(Some(0), |a| a.checked_add(1)) else {
             return Ok(Batch::default());
         };
         let snap = ledger.engine().snapshot()?;
-        let mut batch = Batch::default();
-        for item in snap.scan(Keyspace::Records, &start.to_be_bytes()) {
-            let (k, leaf) = item.map_err(Error::from)?;
-            let seq = crate::codec::read_be(&k)
-                .filter(|_| k.len() == 8)
-                .ok_or_else(|| Error::corrupt("a records key is not 8 bytes"))?;
-            batch.scanned_to = Some(seq);
-            if self.wants(&*snap, seq, &leaf)? {
-                batch.events.push(Event {
-                    seq,
-                    leaf_hash: merkle::leaf_hash(&leaf),
-                    leaf,
-                });
-            }
-            if seq - start + 1 >= MAX_BATCH as u64 {
-                batch.full = true;
-                break;
-            }
+        match &self.audience {
+            Audience::Everything => everything(&*snap, start),
+            Audience::Tenants(ts) => tenants(&*snap, ts, start),
         }
-        Ok(batch)
-    }
-
-    fn wants(&mut self, snap: &dyn Read, seq: u64, leaf: &[u8]) -> Result<bool> {
-        let principal = match &self.audience {
-            Audience::Everything => return Ok(true),
-            Audience::OpenedBy(p) => p.clone(),
-        };
-        let of: RequestOf = serde_json::from_slice(leaf)
-            .map_err(|_| Error::corrupt_at(seq, format!("record {seq} does not parse")))?;
-        let Some(rid) = of.request_id else {
-            return Ok(false);
-        };
-        if let Some(&mine) = self.owners.get(&rid) {
-            return Ok(mine);
-        }
-        let mine = opener(snap, &rid)?.is_some_and(|o| o == principal);
-        if self.owners.len() >= MAX_OWNERS {
-            self.owners.clear();
-        }
-        self.owners.insert(rid, mine);
-        Ok(mine)
     }
 }
 
-/// The principal whose interrupt opened the request's edit chain: the request's own
-/// interrupt's actor, or for an edit's new request (opened by the reviewer) the original's.
-///
-/// # Errors
-/// Storage errors; `corrupt_store` when the chain cannot be read.
-pub fn opener(snap: &dyn Read, request_id: &str) -> Result<Option<String>> {
-    let mut rid = request_id.to_string();
-    for _ in 0..MAX_EDIT_DEPTH {
-        let Some(state) = index::request(snap, &rid)? else {
-            return Ok(None);
-        };
-        match state.edit_of {
-            Some(original) => rid = original,
-            None => {
-                let (interrupt, _) = index::record(snap, state.interrupt_seq)?;
-                return Ok(Some(interrupt.actor.principal));
-            }
+fn everything(snap: &dyn Read, start: u64) -> Result<Batch> {
+    let mut batch = Batch::default();
+    for item in snap.scan(Keyspace::Records, &start.to_be_bytes()) {
+        let (k, leaf) = item.map_err(Error::from)?;
+        let seq = crate::codec::read_be(&k)
+            .filter(|_| k.len() == 8)
+            .ok_or_else(|| Error::corrupt("a records key is not 8 bytes"))?;
+        batch.scanned_to = Some(seq);
+        batch.events.push(Event {
+            seq,
+            leaf_hash: merkle::leaf_hash(&leaf),
+            leaf,
+        });
+        if batch.events.len() >= MAX_BATCH {
+            batch.full = true;
+            break;
         }
     }
-    Err(Error::corrupt(format!(
-        "the edit chain of request {} is deeper than {MAX_EDIT_DEPTH}",
-        crate::codec::quoted(request_id)
-    )))
+    Ok(batch)
+}
+
+/// The tenants' records from `start` on: each tenant's index read up to [`MAX_BATCH`] entries,
+/// merged, and cut at the lowest last seq of a tenant whose read stopped at the bound (every
+/// record up to it is then known), so no record is skipped and none is sent twice.
+fn tenants(snap: &dyn Read, tenants: &[String], start: u64) -> Result<Batch> {
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut cut: Option<u64> = None;
+    for t in tenants {
+        let mut n = 0usize;
+        let mut last = None;
+        for seq in index::tenant_seqs(snap, t, start) {
+            let seq = seq?;
+            seqs.push(seq);
+            last = Some(seq);
+            n += 1;
+            if n >= MAX_BATCH {
+                break;
+            }
+        }
+        if n >= MAX_BATCH {
+            cut = Some(cut.map_or(last.unwrap_or(start), |c: u64| c.min(last.unwrap_or(start))));
+        }
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    let mut batch = Batch::default();
+    if let Some(c) = cut {
+        seqs.retain(|s| *s <= c);
+        batch.full = true;
+        batch.scanned_to = Some(c);
+    } else {
+        // Nothing of these tenants past the last one found, up to the snapshot's head.
+        let head = index::record_count(snap)?;
+        batch.scanned_to = head.checked_sub(1).filter(|h| *h >= start);
+    }
+    for seq in seqs {
+        let leaf = index::leaf(snap, seq)?.ok_or_else(|| {
+            Error::corrupt_at(seq, format!("the tenant index names missing record {seq}"))
+        })?;
+        batch.events.push(Event {
+            seq,
+            leaf_hash: merkle::leaf_hash(&leaf),
+            leaf,
+        });
+    }
+    Ok(batch)
 }

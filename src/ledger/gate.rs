@@ -20,10 +20,23 @@ use crate::model::request::{
 };
 use crate::model::state::{RequestState, may_decide, may_revoke};
 
-pub(super) fn not_found(rid: &str) -> Error {
+/// The error for an unknown request (or one the caller does not reach).
+pub fn not_found(rid: &str) -> Error {
     Error::new(
         ErrorCode::RequestNotFound,
         format!("no request {q_rid}", q_rid = crate::codec::quoted(rid)),
+    )
+}
+
+/// An interrupt naming a request or thread of a tenant the caller does not reach: the id is
+/// taken, and nothing about its owner is said.
+fn in_use(what: &str, id: &str) -> Error {
+    Error::new(
+        ErrorCode::IdentifierInUse,
+        format!(
+            "the {what} id {q_id} is already in use; choose another",
+            q_id = crate::codec::quoted(id)
+        ),
     )
 }
 
@@ -69,6 +82,30 @@ impl Batch<'_, '_, '_> {
         index::request(&*self.view, rid)?.ok_or_else(|| not_found(rid))
     }
 
+    /// The request's state when the caller reaches its tenant; a request of another tenant is
+    /// answered as one that does not exist, before anything (a due timeout included) is
+    /// written.
+    fn reachable(&self, rid: &str, actor: &Actor) -> Result<RequestState> {
+        let st = self.state(rid)?;
+        if actor.reaches(&st.tenant) {
+            Ok(st)
+        } else {
+            Err(not_found(rid))
+        }
+    }
+
+    /// Loads the request the caller must reach and records its due timeout first; the timeout
+    /// survives a later refusal of the operation (the savepoint moves past it).
+    fn reachable_after_timeout(
+        &mut self,
+        rid: &str,
+        actor: &Actor,
+        sp: &mut usize,
+    ) -> Result<RequestState> {
+        let st = self.reachable(rid, actor)?;
+        self.after_timeout(rid, st, sp)
+    }
+
     /// A new UUID v7 from the batch time and random bits (tickets, edits' request ids).
     fn new_id(&self) -> Result<String> {
         let mut random = [0u8; 10];
@@ -87,14 +124,7 @@ impl Batch<'_, '_, '_> {
         self.append(d, &Actor::system()).map(Some)
     }
 
-    /// Loads the request and records its due timeout first; the timeout survives a later
-    /// refusal of the operation (the savepoint moves past it).
-    fn state_after_timeout(&mut self, rid: &str, sp: &mut usize) -> Result<RequestState> {
-        let st = self.state(rid)?;
-        self.after_timeout(rid, st, sp)
-    }
-
-    /// As [`Batch::state_after_timeout`], for a state already loaded.
+    /// As [`Batch::reachable_after_timeout`], for a state already loaded.
     fn after_timeout(
         &mut self,
         rid: &str,
@@ -134,6 +164,9 @@ impl Batch<'_, '_, '_> {
     ) -> Result<Appended> {
         let rid = req.request_id.clone();
         if let Some(seq) = index::interrupt_seq(&*self.view, &rid)? {
+            if !actor.reaches(&self.state(&rid)?.tenant) {
+                return Err(in_use("request", &rid));
+            }
             let (stored, _) = self.stored(seq)?;
             if !self.same_interrupt(&stored, &req) {
                 return Err(idem_conflict(format!(
@@ -145,6 +178,12 @@ impl Batch<'_, '_, '_> {
             self.due_timeout(&rid, &st)?;
             *sp = self.view.savepoint();
             return self.duplicate(seq, Extra::None);
+        }
+        // A thread is its first request's tenant's: another tenant's request never joins it.
+        if let Some(owner) = index::thread_tenant(&*self.view, &req.thread_id)?
+            && owner != actor.tenant_name()
+        {
+            return Err(in_use("thread", &req.thread_id));
         }
         let policy = self.ledger.id.policy.for_tool(&req.action.tool);
         let window = match req.review_ttl_seconds {
@@ -195,7 +234,7 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
-        let st = self.state_after_timeout(rid, sp)?;
+        let st = self.reachable_after_timeout(rid, actor, sp)?;
         if let Some(seq) = index::decision_seq(&*self.view, rid)? {
             return self.decision_again(rid, seq, &req);
         }
@@ -335,7 +374,7 @@ impl Batch<'_, '_, '_> {
     ) -> Result<Appended> {
         // Section 3's order, all writing nothing: an unknown request, then a malformed ticket,
         // then a malformed action.
-        let st = self.state(rid)?;
+        let st = self.reachable(rid, actor)?;
         parse_ticket_id(&req.ticket_id)?;
         let action = req.action()?;
         let st = self.after_timeout(rid, st, sp)?;
@@ -425,7 +464,7 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
-        let st = self.state_after_timeout(rid, sp)?;
+        let st = self.reachable_after_timeout(rid, actor, sp)?;
         if let Some(seq) = index::revocation_seq(&*self.view, rid)? {
             let (stored, _) = self.stored(seq)?;
             if stored.body_str("reason") != Some(req.reason.as_str()) {
@@ -454,7 +493,7 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
-        let st = self.state_after_timeout(rid, sp)?;
+        let st = self.reachable_after_timeout(rid, actor, sp)?;
         let checkpoint_id = req
             .checkpoint_id
             .clone()
@@ -501,15 +540,24 @@ impl Batch<'_, '_, '_> {
 
     fn refusal(&mut self, r: Refusal, actor: &Actor) -> Result<Appended> {
         let body = obj(json!({"method": r.method, "path": r.path, "error": r.error}));
+        // The refusal joins the request or thread its path names only when the caller reaches
+        // it: nothing of one tenant's attempts shows in another's records or stream.
         if let Some(rid) = &r.request_id
             && let Some(st) = index::request(&*self.view, rid)?
+            && actor.reaches(&st.tenant)
         {
             // A due timeout is recorded before any operation that names an overdue request.
             self.due_timeout(rid, &st)?;
             return self.append(Draft::for_request(Kind::Refusal, &st, rid, body), actor);
         }
         let thread = match &r.thread_id {
-            Some(t) if index::thread_head(&*self.view, t)?.is_some() => t.clone(),
+            Some(t)
+                if index::thread_head(&*self.view, t)?.is_some()
+                    && index::thread_tenant(&*self.view, t)?
+                        .is_some_and(|owner| actor.reaches(&owner)) =>
+            {
+                t.clone()
+            }
             _ => REFUSALS_THREAD.to_string(),
         };
         let d = Draft {

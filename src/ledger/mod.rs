@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use datadir::{EngineConfig, files};
+pub use gate::not_found as request_not_found;
 pub use op::{Appended, Extra, Grant, Op, Outcome, Refusal, ThreadPage};
 
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -375,6 +376,17 @@ impl Ledger {
             ..Corruption::default()
         };
         let records = index::record_count(r)?;
+        if records > 0 {
+            let version = index::derived_version(r).ok().flatten().unwrap_or(1);
+            if version != index::DERIVED_VERSION {
+                // Derived state is a function of the records: an older build's is rebuilt, not
+                // read with this build's encodings.
+                return Err(Error::corrupt(format!(
+                    "the derived state is of version {version}, this build keeps version {}; run `hitl-ledger reindex` once (it rebuilds it from the records)",
+                    index::DERIVED_VERSION
+                )));
+            }
+        }
         if records != head.size {
             return refuse(
                 format!(

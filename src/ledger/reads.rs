@@ -37,6 +37,9 @@ pub struct PendingItem {
     pub expires_at: Timestamp,
     /// The seq of its interrupt.
     pub seq: u64,
+    /// The tenant it belongs to (not part of the answer: the server keeps a scoped caller's
+    /// list to its tenants).
+    pub tenant: String,
 }
 
 /// The most leaf bytes one page of a thread holds before it is cut (with `next_after`).
@@ -146,6 +149,7 @@ impl Ledger {
                 tool: st.tool,
                 expires_at: Timestamp::from_micros(st.review_expires_at),
                 seq,
+                tenant: st.tenant,
             });
         }
         Ok(out)
@@ -188,6 +192,23 @@ impl Ledger {
             out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
         }
         Ok((out, next))
+    }
+
+    /// The tenant a request belongs to, `None` when there is no such request.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn request_tenant(&self, request_id: &str) -> Result<Option<String>> {
+        Ok(index::request(&*self.engine.snapshot()?, request_id)?.map(|st| st.tenant))
+    }
+
+    /// The tenant a thread belongs to, `None` for an unknown thread and for the reserved
+    /// refusals thread (which belongs to none).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn thread_tenant(&self, thread_id: &str) -> Result<Option<String>> {
+        index::thread_tenant(&*self.engine.snapshot()?, thread_id)
     }
 
     /// The thread's head (record count, last leaf hash), if the thread exists.

@@ -223,6 +223,7 @@ mod tests {
                 seq: 1,
             }),
             used: false,
+            tenant: "host".into(),
         }
     }
 

@@ -85,6 +85,9 @@ pub struct RequestState {
     pub decision: Option<DecisionInfo>,
     /// Whether the approval's ticket was consumed by a grant.
     pub used: bool,
+    /// The tenant the request belongs to: its interrupt's recorded tenant, else the
+    /// interrupt's principal; for an edit's new request, the original's (protocol 11.2).
+    pub tenant: String,
 }
 
 impl RequestState {
@@ -118,6 +121,7 @@ impl RequestState {
             status: Status::Open,
             decision: None,
             used: false,
+            tenant: r.actor.tenant_name().to_owned(),
         }
     }
 

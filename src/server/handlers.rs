@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::routes::{Route, bearer, match_route, query_params, query_u64, segments};
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::record::{Actor, check_id};
+use crate::format::record::{Actor, Reach, check_id};
 use crate::ledger::events::Audience;
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
 use crate::server::tokens::{Role, TokenEntry};
@@ -115,10 +115,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
             None,
         );
     };
-    let actor = Actor {
-        principal: entry.principal.clone(),
-        role: entry.role.as_str().to_string(),
-    };
+    let actor = entry.actor();
     let segs = segments(&path);
     let matched = match_route(&segs);
     let method = req.method().clone();
@@ -243,6 +240,30 @@ async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
     outcome
 }
 
+/// Answers a request of a tenant the caller does not reach as one that does not exist.
+async fn reach_request(st: &Arc<AppState>, actor: &Actor, rid: &str) -> Result<()> {
+    if actor.reach == Reach::All {
+        return Ok(());
+    }
+    let id = rid.to_string();
+    match blocking(st, move |l| l.request_tenant(&id)).await? {
+        Some(t) if actor.reaches(&t) => Ok(()),
+        _ => Err(crate::ledger::request_not_found(rid)),
+    }
+}
+
+/// True when the caller reaches the thread: every caller reaches every thread when unscoped;
+/// a scoped one only its tenants' (the reserved refusals thread belongs to no tenant).
+async fn reaches_thread(st: &Arc<AppState>, actor: &Actor, tid: &str) -> Result<bool> {
+    if actor.reach == Reach::All {
+        return Ok(true);
+    }
+    let id = tid.to_string();
+    Ok(blocking(st, move |l| l.thread_tenant(&id))
+        .await?
+        .is_some_and(|t| actor.reaches(&t)))
+}
+
 fn path_id(field: &str, id: &str) -> Result<()> {
     check_id(field, id)
 }
@@ -295,6 +316,7 @@ async fn dispatch(
         Route::FollowUps(rid) => write_route(st, "follow_up", rid, req, actor).await,
         Route::Request(rid) => {
             path_id("request_id", &rid)?;
+            reach_request(st, &actor, &rid).await?;
             let id = rid.clone();
             let mut v = blocking(st, move |l| l.request_view(&id)).await?;
             // A read never writes: a due timeout goes through the writer's queue first.
@@ -304,10 +326,11 @@ async fn dispatch(
             }
             Ok(json_response(200, &wire::request(&v)))
         }
-        Route::Pending => Ok(json_response(
-            200,
-            &wire::pending(&blocking(st, |l| l.pending()).await?),
-        )),
+        Route::Pending => {
+            let mut items = blocking(st, |l| l.pending()).await?;
+            items.retain(|p| actor.reaches(&p.tenant));
+            Ok(json_response(200, &wire::pending(&items)))
+        }
         Route::ThreadRecords(tid) => {
             path_id("thread_id", &tid)?;
             let after = query_u64(&params, "after")?;
@@ -318,20 +341,30 @@ async fn dispatch(
                     "limit is from 1 to 10000",
                 ));
             }
+            if !reaches_thread(st, &actor, &tid).await? {
+                // Another tenant's thread reads as an unknown one.
+                return Ok(json_response(200, &wire::thread_page(&(Vec::new(), None))));
+            }
             let page = blocking(st, move |l| l.thread_records(&tid, after, limit as usize)).await?;
             Ok(json_response(200, &wire::thread_page(&page)))
         }
         Route::ThreadExport(tid) => {
             path_id("thread_id", &tid)?;
+            if !reaches_thread(st, &actor, &tid).await? {
+                return Err(Error::new(
+                    ErrorCode::ThreadNotFound,
+                    format!("no thread {q_tid}", q_tid = crate::codec::quoted(&tid)),
+                ));
+            }
             let bundle = blocking(st, move |l| l.export(&tid)).await?;
             Ok(json_response(200, &bundle.to_value()))
         }
         Route::Checkpoint => Ok(text_response(blocking(st, |l| l.checkpoint()).await?)),
         Route::Events => {
             let after = super::events::start_position(req.headers(), query_u64(&params, "after")?)?;
-            let audience = match entry.role {
-                Role::Agent => Audience::OpenedBy(entry.principal.clone()),
-                _ => Audience::Everything,
+            let audience = match &actor.reach {
+                Reach::All => Audience::Everything,
+                Reach::Only(ts) => Audience::Tenants(ts.clone()),
             };
             Ok(super::events::respond(st, audience, after))
         }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::record::check_id;
+use crate::format::record::{Actor, check_id};
 
 /// A role a token grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,61 @@ pub struct TokenEntry {
     pub principal: String,
     /// The role.
     pub role: Role,
+    /// An agent token's tenant (protocol section 11.2); its principal when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The tenants a reviewer, auditor or admin token is limited to; every tenant when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<String>>,
+}
+
+impl TokenEntry {
+    /// The actor the token's calls are made as: its principal and role, the tenant an agent
+    /// records, and the tenants it reaches.
+    pub fn actor(&self) -> Actor {
+        match self.role {
+            Role::Agent => Actor::agent(self.principal.clone(), self.tenant.as_deref()),
+            r => Actor::with_role(self.principal.clone(), r.as_str(), self.tenants.clone()),
+        }
+    }
+
+    /// Checks the entry's principal and tenant fields: ids, `tenant` only on an agent token,
+    /// `tenants` only on the other roles and never empty.
+    ///
+    /// # Errors
+    /// `invalid_identifier` or `usage`, naming the field.
+    pub fn check(&self) -> Result<()> {
+        // A principal becomes every record's actor: one that breaks the id rule would be
+        // written into leaves that cannot be read back.
+        check_id("principal", &self.principal)?;
+        if let Some(t) = &self.tenant {
+            if self.role != Role::Agent {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "tenant is for agent tokens; a reviewer, auditor or admin token names tenants",
+                ));
+            }
+            check_id("tenant", t)?;
+        }
+        if let Some(ts) = &self.tenants {
+            if self.role == Role::Agent {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "an agent token has one tenant (tenant), not tenants",
+                ));
+            }
+            if ts.is_empty() {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "tenants must name at least one tenant (omit it for every tenant)",
+                ));
+            }
+            for t in ts {
+                check_id("tenant", t)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -105,9 +160,7 @@ impl Tokens {
             .map_err(|e| Error::new(ErrorCode::Usage, format!("{}: {e}", path.display())))?;
         let mut entries = Vec::new();
         for (i, e) in file.tokens.into_iter().enumerate() {
-            // A principal becomes every record's actor: one that breaks the id rule would be
-            // written into leaves that cannot be read back.
-            check_id("principal", &e.principal).map_err(|err| {
+            e.check().map_err(|err| {
                 Error::new(
                     ErrorCode::Usage,
                     format!(
@@ -157,8 +210,26 @@ impl Tokens {
 ///
 /// # Errors
 /// `invalid_identifier` for a bad principal; storage errors.
-pub fn add_token(path: &Path, principal: &str, role: Role) -> Result<String> {
-    check_id("principal", principal)?;
+pub fn add_token(path: &Path, principal: &str, role: Role, tenants: &[String]) -> Result<String> {
+    let (tenant, tenants) = match (role, tenants) {
+        (_, []) => (None, None),
+        (Role::Agent, [t]) => (Some(t.clone()), None),
+        (Role::Agent, _) => {
+            return Err(Error::new(
+                ErrorCode::Usage,
+                "an agent token has one tenant: give --tenant once",
+            ));
+        }
+        (_, ts) => (None, Some(ts.to_vec())),
+    };
+    let entry = TokenEntry {
+        sha256: String::new(),
+        principal: principal.to_string(),
+        role,
+        tenant,
+        tenants,
+    };
+    entry.check()?;
     let mut file: TokensFile = if path.exists() {
         let text = std::fs::read_to_string(path)?;
         serde_json::from_str(&text)
@@ -174,8 +245,7 @@ pub fn add_token(path: &Path, principal: &str, role: Role) -> Result<String> {
     );
     file.tokens.push(TokenEntry {
         sha256: hex::encode(token_hash(&token)),
-        principal: principal.to_string(),
-        role,
+        ..entry
     });
     let text = serde_json::to_string_pretty(&file)
         .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
@@ -205,7 +275,7 @@ mod tests {
     fn tokens_are_stored_hashed_and_found() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("tokens.json");
-        let t = add_token(&p, "alice", Role::Reviewer).unwrap();
+        let t = add_token(&p, "alice", Role::Reviewer, &[]).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(!text.contains(&t), "the token itself is never stored");
         let tokens = Tokens::load(&p).unwrap();

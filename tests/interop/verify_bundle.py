@@ -525,7 +525,14 @@ def check_envelope(rec: dict) -> str | None:
     extra = sorted(set(rec) - set(fields))
     if extra:
         return bad(extra[0], "is not an envelope field")
-    if set(actor) != {"principal", "role"} or actor["role"] not in ROLES:
+    if actor.get("role") not in ROLES:
+        return bad("actor", "must be exactly {principal, role} with a known role")
+    if set(actor) == {"principal", "role", "tenant"}:
+        # Protocol 2.1: an agent whose tenant is not its principal's name records it.
+        if actor["role"] != "agent" or not is_id(actor["tenant"]) \
+                or actor["tenant"] == actor["principal"]:
+            return bad("actor", "records a tenant only for an agent, as an id other than its principal")
+    elif set(actor) != {"principal", "role"}:
         return bad("actor", "must be exactly {principal, role} with a known role")
     if rec["request_id"] is None and rec["kind"] != "refusal":
         return bad("request_id", "is null on a %s" % rec["kind"])

@@ -327,7 +327,7 @@ fn every_record_once_in_order_and_resumption_has_no_gap_or_duplicate() {
 fn an_agent_sees_only_the_requests_its_principal_opened() {
     let s = TestServer::start();
     let tpath = s.dir.path().join("tokens.json");
-    let other = add_token(&tpath, "agent-other", Role::Agent).unwrap();
+    let other = add_token(&tpath, "agent-other", Role::Agent, &[]).unwrap();
     // The server reloads the tokens file within a second.
     let deadline = Instant::now() + Duration::from_secs(10);
     while get(s.addr, "/v1/checkpoint", &other).status != 200 {

@@ -1286,17 +1286,11 @@ fn checkpoints_thread_heads_and_keys() {
 // ---------------------------------------------------------------------------------------------
 
 fn agent() -> Actor {
-    Actor {
-        principal: "agent-1".into(),
-        role: "agent".into(),
-    }
+    Actor::agent("agent-1", None)
 }
 
 fn reviewer() -> Actor {
-    Actor {
-        principal: "alice".into(),
-        role: "reviewer".into(),
-    }
+    Actor::with_role("alice", "reviewer", None)
 }
 
 fn memory_ledger(initial_policy: bool) -> (Ledger, ManualClock) {

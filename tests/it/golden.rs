@@ -26,10 +26,7 @@ fn record(kind: Kind, seq: u64, body: Value) -> Record {
         },
         thread_seq: seq,
         thread_prev: [0xab; 32],
-        actor: Actor {
-            principal: "agent-1".into(),
-            role: "agent".into(),
-        },
+        actor: Actor::agent("agent-1", None),
         body: body.as_object().unwrap().clone(),
     }
 }

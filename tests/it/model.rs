@@ -1586,17 +1586,11 @@ impl Model {
 // Running a scenario against the ledger.
 
 fn agent() -> Actor {
-    Actor {
-        principal: "agent-1".into(),
-        role: "agent".into(),
-    }
+    Actor::agent("agent-1", None)
 }
 
 fn reviewer() -> Actor {
-    Actor {
-        principal: "alice".into(),
-        role: "reviewer".into(),
-    }
+    Actor::with_role("alice", "reviewer", None)
 }
 
 /// What one run saw, for the summary.

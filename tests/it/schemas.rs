@@ -705,10 +705,7 @@ impl Run<'_> {
     }
 
     fn refusal(&self, method: &str, path: &str, rid: Option<&str>, tid: Option<&str>) {
-        let auditor = Actor {
-            principal: "carol".into(),
-            role: "auditor".into(),
-        };
+        let auditor = Actor::with_role("carol", "auditor", None);
         let op = Op::Refusal(Refusal {
             method: method.into(),
             path: path.into(),

@@ -59,7 +59,7 @@ impl TestServer {
         ] {
             tokens.insert(
                 name,
-                add_token(&tpath, &format!("{name}-principal"), role).unwrap(),
+                add_token(&tpath, &format!("{name}-principal"), role, &[]).unwrap(),
             );
         }
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
@@ -822,7 +822,7 @@ fn logs_hold_no_token_key_or_redacted_value() {
 fn tokens_added_while_serving_take_effect() {
     let mut s = TestServer::start();
     let path = s.dir.path().join("tokens.json");
-    let late = add_token(&path, "late-auditor", Role::Auditor).unwrap();
+    let late = add_token(&path, "late-auditor", Role::Auditor, &[]).unwrap();
     // The file is looked at once a second; a loaded machine may need a little longer.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let r = loop {

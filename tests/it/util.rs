@@ -21,17 +21,11 @@ pub fn map(v: Value) -> Map<String, Value> {
 }
 
 pub fn agent() -> Actor {
-    Actor {
-        principal: "agent-1".into(),
-        role: "agent".into(),
-    }
+    Actor::agent("agent-1", None)
 }
 
 pub fn reviewer() -> Actor {
-    Actor {
-        principal: "alice".into(),
-        role: "reviewer".into(),
-    }
+    Actor::with_role("alice", "reviewer", None)
 }
 
 /// The ledger's reads as the contract's JSON, and the whole-ledger check, for the tests.

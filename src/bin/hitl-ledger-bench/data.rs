@@ -140,8 +140,8 @@ fn init(dir: &Path) -> BoxResult<(String, Tokens)> {
     use hitl_ledger::server::tokens::{Role, add_token};
     let i = hitl_ledger::Ledger::init(dir, ORIGIN)?;
     let path = dir.join(hitl_ledger::ledger::files::TOKENS);
-    let agent = add_token(&path, "bench-agent", Role::Agent)?;
-    let reviewer = add_token(&path, "bench-reviewer", Role::Reviewer)?;
+    let agent = add_token(&path, "bench-agent", Role::Agent, &[])?;
+    let reviewer = add_token(&path, "bench-reviewer", Role::Reviewer, &[])?;
     Ok((i.verifier_key, Tokens { agent, reviewer }))
 }
 

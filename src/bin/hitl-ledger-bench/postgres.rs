@@ -119,9 +119,9 @@ fn init(ledger_bin: &Path, dir: &Path, database: Option<&str>) -> BoxResult<(Tok
         .into());
     }
     let path = dir.join(hitl_ledger::ledger::files::TOKENS);
-    let agent = add_token(&path, "bench-agent", Role::Agent)?;
-    let reviewer = add_token(&path, "bench-reviewer", Role::Reviewer)?;
-    let admin = add_token(&path, "bench-admin", Role::Admin)?;
+    let agent = add_token(&path, "bench-agent", Role::Agent, &[])?;
+    let reviewer = add_token(&path, "bench-reviewer", Role::Reviewer, &[])?;
+    let admin = add_token(&path, "bench-admin", Role::Admin, &[])?;
     Ok((Tokens { agent, reviewer }, admin))
 }
 

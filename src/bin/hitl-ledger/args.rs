@@ -197,6 +197,10 @@ pub enum TokenCommand {
         /// agent, reviewer, auditor or admin.
         #[arg(long)]
         role: String,
+        /// The tenant: an agent's one tenant (default its principal); for the other roles,
+        /// repeated, the tenants the token is limited to (default every tenant).
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
         /// The tokens file (default DIR/tokens.json).
         #[arg(long)]
         tokens: Option<PathBuf>,

@@ -48,9 +48,10 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 TokenCommand::Add {
                     principal,
                     role,
+                    tenants,
                     tokens,
                 },
-        } => token_add(&dir, f, &principal, &role, tokens),
+        } => token_add(&dir, f, &principal, &role, &tenants, tokens),
         Command::Append { file, batch } => append(&dir, &file, batch),
         Command::Decide {
             request_id,
@@ -172,6 +173,7 @@ fn token_add(
     f: Format,
     principal: &str,
     role: &str,
+    tenants: &[String],
     tokens: Option<PathBuf>,
 ) -> Result<Outcome> {
     let role = Role::parse(role)?;
@@ -185,9 +187,15 @@ fn token_add(
         ));
     }
     let path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
-    let token = add_token(&path, principal, role)?;
+    let token = add_token(&path, principal, role, tenants)?;
     if f == Format::Json {
-        print_json(&json!({"token": token, "principal": principal, "role": role.as_str()}));
+        let mut answer = json!({"token": token, "principal": principal, "role": role.as_str()});
+        match (role, tenants) {
+            (_, []) => {}
+            (Role::Agent, [t]) => answer["tenant"] = json!(t),
+            (_, ts) => answer["tenants"] = json!(ts),
+        }
+        print_json(&answer);
     } else {
         eprintln!(
             "token for {principal} ({}) written to {}; it is shown once:",

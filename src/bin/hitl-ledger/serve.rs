@@ -31,7 +31,7 @@ pub fn init_for_serve(dir: &Path, origin: &str, tokens: Option<&Path>) -> Result
         ("auditor", Role::Auditor),
         ("admin", Role::Admin),
     ] {
-        let t = add_token(&tokens_path, &format!("{name}-1"), role)?;
+        let t = add_token(&tokens_path, &format!("{name}-1"), role, &[])?;
         eprintln!("{name} token (shown once): {t}");
     }
     Ok(())

@@ -33,10 +33,7 @@ pub fn local_admin() -> Actor {
     let user = user_name(uid)
         .filter(|u| is_valid_id(u) && u.len() < 200)
         .unwrap_or_else(|| format!("uid:{uid}"));
-    Actor {
-        principal: format!("local:{user}"),
-        role: "admin".into(),
-    }
+    Actor::with_role(format!("local:{user}"), "admin", None)
 }
 
 #[cfg(test)]
