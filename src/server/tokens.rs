@@ -270,6 +270,65 @@ pub fn add_token(path: &Path, principal: &str, role: Role, tenants: &[String]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::record::Reach;
+
+    fn load_entries(entries: &str) -> Result<Tokens> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.json");
+        std::fs::write(&p, format!("{{\"tokens\": [{entries}]}}")).unwrap();
+        Tokens::load(&p)
+    }
+
+    const H: &str = "00000000000000000000000000000000000000000000000000000000000000aa";
+
+    #[test]
+    fn tenants_are_checked_when_the_file_loads() {
+        let ok = load_entries(&format!(
+            r#"{{"sha256": "{H}", "principal": "bot", "role": "agent", "tenant": "acme"}},
+               {{"sha256": "{H}", "principal": "carol", "role": "reviewer", "tenants": ["acme", "globex"]}},
+               {{"sha256": "{H}", "principal": "bob", "role": "auditor"}}"#
+        ))
+        .unwrap();
+        let actors: Vec<Actor> = ok.entries.iter().map(|(_, e)| e.actor()).collect();
+        assert_eq!(actors[0].tenant.as_deref(), Some("acme"));
+        assert_eq!(actors[0].reach, Reach::Only(vec!["acme".into()]));
+        assert_eq!(actors[1].tenant, None);
+        assert_eq!(
+            actors[1].reach,
+            Reach::Only(vec!["acme".into(), "globex".into()])
+        );
+        assert_eq!(actors[2].reach, Reach::All);
+        for bad in [
+            r#""role": "reviewer", "tenant": "acme""#,
+            r#""role": "agent", "tenants": ["acme"]"#,
+            r#""role": "auditor", "tenants": []"#,
+            r#""role": "agent", "tenant": """#,
+            r#""role": "admin", "tenants": ["a"]"#,
+            r#""role": "agent", "tenant": 7"#,
+        ] {
+            let e = load_entries(&format!(r#"{{"sha256": "{H}", "principal": "p", {bad}}}"#));
+            assert!(e.is_err(), "{bad} loaded");
+        }
+    }
+
+    #[test]
+    fn token_add_writes_the_tenant_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.json");
+        let a = add_token(&p, "bot", Role::Agent, &["acme".into()]).unwrap();
+        let r = add_token(&p, "carol", Role::Reviewer, &["acme".into(), "x".into()]).unwrap();
+        assert!(add_token(&p, "bot2", Role::Agent, &["a".into(), "b".into()]).is_err());
+        let tokens = Tokens::load(&p).unwrap();
+        assert_eq!(tokens.len(), 2, "a refused token add writes nothing");
+        assert_eq!(
+            tokens.authenticate(&a).unwrap().tenant.as_deref(),
+            Some("acme")
+        );
+        assert_eq!(
+            tokens.authenticate(&r).unwrap().tenants.as_deref(),
+            Some(&["acme".to_string(), "x".to_string()][..])
+        );
+    }
 
     #[test]
     fn tokens_are_stored_hashed_and_found() {

@@ -414,6 +414,14 @@ def test_good_bundles_verify():
     assert run(b)["ok"]
 
 
+def test_an_agent_tenant_in_the_actor_verifies():
+    """Protocol 2.1 and 11.5: an agent whose tenant is not its principal records it."""
+    tenant = {"principal": "agent-1", "role": "agent", "tenant": "acme"}
+    b = _leaf_tweak_log(0, _set("actor", tenant))(None)
+    assert leaf_of(b["records"][0])["actor"] == tenant
+    assert run(b)["ok"], run(b)
+
+
 def test_empty_thread_bundle():
     b = copy.deepcopy(GOOD)
     b["records"] = []
@@ -676,6 +684,11 @@ MUTATIONS = [
     ("envelope prev uppercase", _replace_leaf(1, lambda r: r.update(prev=r["prev"].upper())), "envelope", 2),
     ("envelope thread_seq string", _replace_leaf(1, _set("thread_seq", "1")), "envelope", 2),
     ("envelope actor not object", _replace_leaf(1, _set("actor", "x")), "envelope", 2),
+    # Protocol 2.1: `tenant` only on an agent, and never equal to its principal.
+    ("envelope reviewer with a tenant", _leaf_tweak_log(1, _set("actor", {"principal": "alice", "role": "reviewer", "tenant": "acme"})), "envelope", 2),
+    ("envelope tenant equal to the principal", _leaf_tweak_log(0, _set("actor", {"principal": "agent-1", "role": "agent", "tenant": "agent-1"})), "envelope", 0),
+    ("envelope tenant not an id", _leaf_tweak_log(0, _set("actor", {"principal": "agent-1", "role": "agent", "tenant": ""})), "envelope", 0),
+    ("envelope actor with another member", _leaf_tweak_log(0, _set("actor", {"principal": "agent-1", "role": "agent", "team": "acme"})), "envelope", 0),
     ("envelope empty thread_id", _replace_leaf(1, _set("thread_id", "")), "envelope", 2),
     ("leaf seq differs from entry", _wrong_entry_seq, "seq_mismatch", 4),
     ("record duplicated", _dup(2), "seq_order", 3),

@@ -22,5 +22,6 @@ mod rules;
 mod schemas;
 mod server;
 mod storage;
+mod tenants;
 mod tamper;
 mod verify_diff;
