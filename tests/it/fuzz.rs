@@ -24,7 +24,11 @@
 //!   opens to another text; every accepted checkpoint, thread head and verifier key is the one
 //!   canonical spelling of its value;
 //! - bundles: a real export verifies; a mutation of its bytes or of its structure that changes
-//!   a leaf, a proof, the checkpoint or the thread head never verifies.
+//!   a leaf, a proof, the checkpoint or the thread head never verifies;
+//! - tenants: a tokens file loads exactly when protocol 11.5's rules hold (checked against a
+//!   model of each generated file), each token then reaching the tenants the contract gives it;
+//!   a record's actor reads back exactly when protocol 2.1 allows its members, with one
+//!   spelling, `tenant` recorded only for an agent whose tenant is not its principal.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
