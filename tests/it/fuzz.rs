@@ -24,7 +24,11 @@
 //!   opens to another text; every accepted checkpoint, thread head and verifier key is the one
 //!   canonical spelling of its value;
 //! - bundles: a real export verifies; a mutation of its bytes or of its structure that changes
-//!   a leaf, a proof, the checkpoint or the thread head never verifies.
+//!   a leaf, a proof, the checkpoint or the thread head never verifies;
+//! - tenants: a tokens file loads exactly when protocol 11.5's rules hold (checked against a
+//!   model of each generated file), each token then reaching the tenants the contract gives it;
+//!   a record's actor reads back exactly when protocol 2.1 allows its members, with one
+//!   spelling, `tenant` recorded only for an agent whose tenant is not its principal.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -2689,4 +2693,634 @@ fn bodies_near_the_size_limits() {
     Record::from_leaf(&leaf).expect("reads back");
     let report = hitl_ledger::audit::fsck::verify(&ledger, None, &mut |_, _| {}).expect("verify");
     assert!(report.ok(), "{:?}", report.problems);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenants: the tokens file's entries and the recorded actor (protocol 2.1 and 11.5).
+// ---------------------------------------------------------------------------------------------
+
+/// The id rule of protocol 2.1, written here from the contract: 1 to 256 bytes of UTF-8 with no
+/// character of category Cc (U+0000–U+001F, U+007F–U+009F).
+fn id_ok(s: &str) -> bool {
+    (1..=256).contains(&s.len())
+        && !s
+            .chars()
+            .any(|c| ('\u{0}'..='\u{1f}').contains(&c) || ('\u{7f}'..='\u{9f}').contains(&c))
+}
+
+/// Strings for ids: mostly valid ones (the tenants and principals of the other tests among
+/// them), and the ways an id is broken (empty, a Cc character, one byte too long, also with
+/// a multi-byte character across the bound).
+fn id_like() -> BoxedStrategy<String> {
+    prop_oneof![
+        8 => select(vec![
+            "acme", "bot-a1", "bot-b", "alice", "root", "r2", "é-team", "\u{1f600}",
+            "hitl-ledger", "hitl-ledger/x", "a b", " ", "a\u{a0}", "a\u{ad}",
+        ])
+        .prop_map(str::to_owned),
+        2 => any_string(),
+        1 => Just(String::new()),
+        1 => select(vec!["a\u{0}", "\u{1f}", "a\u{7f}", "a\u{85}", "a\u{9f}", "\n"])
+            .prop_map(str::to_owned),
+        1 => (255usize..=257).prop_map(|n| "x".repeat(n)),
+        1 => (253usize..=255).prop_map(|n| format!("{}é", "x".repeat(n))),
+    ]
+    .boxed()
+}
+
+/// The `sha256` member of a generated entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sha {
+    /// The lowercase hex SHA-256 of the token `tok-<index>`.
+    OfToken,
+    Absent,
+    Short,
+    NotHex,
+    NotAString,
+}
+
+/// One generated entry: each member absent (`None`) or the value given.
+#[derive(Debug, Clone)]
+struct TokenSpec {
+    sha: Sha,
+    principal: Option<Value>,
+    role: Option<Value>,
+    tenant: Option<Value>,
+    tenants: Option<Value>,
+    /// A member the format does not have (a misspelt `tenants` among them).
+    extra: Option<(&'static str, Value)>,
+}
+
+/// A generated tokens file.
+#[derive(Debug, Clone)]
+struct TokensCase {
+    entries: Vec<TokenSpec>,
+    /// A top-level member beside `tokens`.
+    top_extra: bool,
+    /// The entries not in an array (an object).
+    not_a_list: bool,
+    /// Byte mutations of the file's text (none for most cases).
+    mutations: Vec<Mutation>,
+}
+
+fn token_spec() -> impl Strategy<Value = TokenSpec> {
+    let string_or = |s: BoxedStrategy<String>| -> BoxedStrategy<Option<Value>> {
+        prop_oneof![
+            16 => s.prop_map(|v| Some(Value::String(v))),
+            1 => Just(None),
+            1 => Just(Some(json!(7))),
+        ]
+        .boxed()
+    };
+    let role = prop_oneof![
+        12 => select(vec!["agent", "reviewer", "auditor", "admin"]).prop_map(str::to_owned),
+        1 => select(vec!["system", "Agent", "", "agents"]).prop_map(str::to_owned),
+    ]
+    .boxed();
+    let tenant = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(Value::Null)),
+        5 => id_like().prop_map(|t| Some(Value::String(t))),
+        1 => Just(Some(json!(["acme"]))),
+    ];
+    let tenants = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(Value::Null)),
+        1 => Just(Some(json!([]))),
+        5 => vec(id_like(), 1..4).prop_map(|ts| Some(json!(ts))),
+        1 => Just(Some(json!("acme"))),
+        1 => Just(Some(json!(["acme", 1]))),
+    ];
+    let extra = prop_oneof![
+        12 => Just(None),
+        1 => Just(Some(("tenats", json!(["acme"])))),
+        1 => Just(Some(("scope", json!("acme")))),
+    ];
+    let sha = prop_oneof![
+        16 => Just(Sha::OfToken),
+        1 => Just(Sha::Absent),
+        1 => Just(Sha::Short),
+        1 => Just(Sha::NotHex),
+        1 => Just(Sha::NotAString),
+    ];
+    (
+        sha,
+        string_or(id_like()),
+        string_or(role),
+        tenant,
+        tenants,
+        extra,
+    )
+        .prop_map(|(sha, principal, role, tenant, tenants, extra)| TokenSpec {
+            sha,
+            principal,
+            role,
+            tenant,
+            tenants,
+            extra,
+        })
+}
+
+/// An entry the rules accept: a valid id for a principal, `tenant` (or not) on an agent,
+/// `tenants` (or not) on another role, a `null` now and then.
+fn valid_token_spec() -> impl Strategy<Value = TokenSpec> {
+    let valid = || id_like().prop_filter("a valid id", |s| id_ok(s));
+    (
+        valid(),
+        select(vec!["agent", "agent", "reviewer", "auditor", "admin"]),
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(Value::Null)),
+            3 => valid().prop_map(|t| Some(Value::String(t))),
+        ],
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(Value::Null)),
+            3 => vec(valid(), 1..4).prop_map(|ts| Some(json!(ts))),
+        ],
+    )
+        .prop_map(|(principal, role, tenant, tenants)| {
+            let agent = role == "agent";
+            TokenSpec {
+                sha: Sha::OfToken,
+                principal: Some(Value::String(principal)),
+                role: Some(json!(role)),
+                tenant: if agent { tenant } else { None },
+                tenants: if agent { None } else { tenants },
+                extra: None,
+            }
+        })
+}
+
+fn tokens_case() -> impl Strategy<Value = TokensCase> {
+    (
+        prop_oneof![
+            1 => vec(valid_token_spec(), 1..4),
+            2 => vec(prop_oneof![3 => valid_token_spec(), 1 => token_spec()], 0..4),
+        ],
+        prop::bool::weighted(0.05),
+        prop::bool::weighted(0.03),
+        prop_oneof![6 => Just(Vec::new()), 1 => mutations()],
+    )
+        .prop_map(|(entries, top_extra, not_a_list, mutations)| TokensCase {
+            entries,
+            top_extra,
+            not_a_list,
+            mutations,
+        })
+}
+
+fn token_of(i: usize) -> String {
+    format!("tok-{i}")
+}
+
+impl TokenSpec {
+    fn to_value(&self, i: usize) -> Value {
+        let mut m = Map::new();
+        let hash = |t: &str| {
+            use sha2::Digest as _;
+            hex::encode(sha2::Sha256::digest(t.as_bytes()))
+        };
+        match self.sha {
+            Sha::OfToken => {
+                m.insert("sha256".into(), json!(hash(&token_of(i))));
+            }
+            Sha::Absent => {}
+            Sha::Short => {
+                m.insert("sha256".into(), json!(hash(&token_of(i))[..63]));
+            }
+            Sha::NotHex => {
+                m.insert("sha256".into(), json!("g".repeat(64)));
+            }
+            Sha::NotAString => {
+                m.insert("sha256".into(), json!(64));
+            }
+        }
+        for (k, v) in [
+            ("principal", &self.principal),
+            ("role", &self.role),
+            ("tenant", &self.tenant),
+            ("tenants", &self.tenants),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v.clone());
+            }
+        }
+        if let Some((k, v)) = &self.extra {
+            m.insert((*k).into(), v.clone());
+        }
+        Value::Object(m)
+    }
+}
+
+impl TokensCase {
+    fn to_value(&self) -> Value {
+        let entries: Vec<Value> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.to_value(i))
+            .collect();
+        let list = if self.not_a_list {
+            Value::Object(
+                entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, e)| (i.to_string(), e))
+                    .collect(),
+            )
+        } else {
+            Value::Array(entries)
+        };
+        let mut top = json!({ "tokens": list });
+        if self.top_extra {
+            top["version"] = json!(2);
+        }
+        top
+    }
+}
+
+/// What the contract says of one entry (protocol 11.5, a `null` member counting as absent as
+/// everywhere in requests): `Some((principal, role, tenant, tenants))` when it loads.
+type EntryModel = (String, String, Option<String>, Option<Vec<String>>);
+
+fn entry_model(v: &Value) -> Option<EntryModel> {
+    let m = v.as_object()?;
+    let known = ["sha256", "principal", "role", "tenant", "tenants"];
+    if m.keys().any(|k| !known.contains(&k.as_str())) {
+        return None;
+    }
+    let sha = m.get("sha256")?.as_str()?;
+    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let principal = m.get("principal")?.as_str()?;
+    let role = m.get("role")?.as_str()?;
+    if !id_ok(principal) || !["agent", "reviewer", "auditor", "admin"].contains(&role) {
+        return None;
+    }
+    let tenant = match m.get("tenant") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) if role == "agent" && id_ok(t) => Some(t.clone()),
+        Some(_) => return None,
+    };
+    let tenants = match m.get("tenants") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(ts)) if role != "agent" && !ts.is_empty() => {
+            let ts: Option<Vec<String>> = ts
+                .iter()
+                .map(|t| t.as_str().filter(|t| id_ok(t)).map(str::to_owned))
+                .collect();
+            Some(ts?)
+        }
+        Some(_) => return None,
+    };
+    Some((principal.to_string(), role.to_string(), tenant, tenants))
+}
+
+/// The whole file: `{"tokens": [entries]}` and nothing else, every entry valid.
+fn file_model(v: &Value) -> Option<Vec<EntryModel>> {
+    let m = v.as_object()?;
+    if m.len() != 1 {
+        return None;
+    }
+    m.get("tokens")?
+        .as_array()?
+        .iter()
+        .map(entry_model)
+        .collect()
+}
+
+/// A loaded entry's actor against the model: the tenant an agent records and reaches, the
+/// tenants another token reaches.
+fn check_loaded_actor(i: usize, want: &EntryModel, actor: &Actor) -> TestCaseResult {
+    let (principal, role, tenant, tenants) = want;
+    prop_assert_eq!(&actor.principal, principal);
+    prop_assert_eq!(&actor.role, role);
+    let outsider = "nobody-of-these";
+    if role == "agent" {
+        let own = tenant.clone().unwrap_or_else(|| principal.clone());
+        let recorded = tenant.clone().filter(|t| t != principal);
+        prop_assert_eq!(&actor.tenant, &recorded, "entry {}: the recorded tenant", i);
+        prop_assert_eq!(actor.tenant_name(), own.as_str());
+        prop_assert!(
+            actor.reaches(&own),
+            "entry {i}: an agent reaches its tenant"
+        );
+        prop_assert!(
+            !actor.reaches(outsider),
+            "entry {i}: an agent reaches only its tenant"
+        );
+        if own != *principal {
+            prop_assert!(
+                !actor.reaches(principal),
+                "entry {i}: not its principal's tenant"
+            );
+        }
+    } else {
+        prop_assert_eq!(&actor.tenant, &None, "entry {}: no tenant recorded", i);
+        match tenants {
+            None => prop_assert!(actor.reaches(outsider), "entry {i}: unscoped"),
+            Some(ts) => {
+                for t in ts {
+                    prop_assert!(actor.reaches(t), "entry {i}: reaches {t}");
+                }
+                prop_assert!(!actor.reaches(outsider), "entry {i}: scoped to {ts:?}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Tokens::load` on generated tokens files (and byte mutations of them): it never panics; an
+/// unmutated file loads exactly when the contract's rules hold for it (`tenant` only on agent
+/// tokens, `tenants` a non-empty list only on the others, every id valid, no unknown member),
+/// and then each token authenticates as its entry with the tenants the contract gives it;
+/// otherwise the file is refused with `usage`. A mutated file that loads is one the rules
+/// accept.
+#[test]
+fn tokens_files_load_as_documented() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tokens.json");
+    fuzz(
+        "tokens_files_load_as_documented",
+        400,
+        tokens_case(),
+        |case| {
+            let value = case.to_value();
+            let text = serde_json::to_vec_pretty(&value).expect("serializes");
+            let bytes = mutated(text.clone(), &case.mutations);
+            let mutated_file = bytes != text;
+            std::fs::write(&path, &bytes).map_err(|e| fail(e.to_string()))?;
+            let got = std::panic::catch_unwind(|| hitl_ledger::server::tokens::Tokens::load(&path))
+                .map_err(|_| fail("Tokens::load panicked"))?;
+            let want = if mutated_file {
+                serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|v| file_model(&v))
+            } else {
+                file_model(&value)
+            };
+            match (&got, &want) {
+                (Err(e), _) => {
+                    prop_assert_eq!(e.code(), ErrorCode::Usage, "{}", e);
+                    count(format!(
+                        "tokens: refused{}",
+                        if mutated_file { " (mutated)" } else { "" }
+                    ));
+                    if !mutated_file {
+                        prop_assert!(want.is_none(), "refused a valid file: {}", e);
+                    }
+                }
+                (Ok(_), None) => {
+                    return Err(fail(format!(
+                        "loaded a file the rules refuse: {}",
+                        String::from_utf8_lossy(&bytes)
+                    )));
+                }
+                (Ok(tokens), Some(entries)) => {
+                    prop_assert_eq!(tokens.len(), entries.len());
+                    count(format!(
+                        "tokens: loaded {}{}",
+                        entries.len().min(2),
+                        if mutated_file { " (mutated)" } else { "" }
+                    ));
+                    if !mutated_file {
+                        for (i, e) in entries.iter().enumerate() {
+                            let found = tokens
+                                .authenticate(&token_of(i))
+                                .ok_or_else(|| fail(format!("token {i} does not authenticate")))?;
+                            check_loaded_actor(i, e, &found.actor())?;
+                            count(format!(
+                                "tokens: {} {}",
+                                e.1,
+                                match (&e.2, &e.3) {
+                                    (Some(_), _) => "with tenant",
+                                    (_, Some(_)) => "with tenants",
+                                    _ => "default",
+                                }
+                            ));
+                        }
+                        prop_assert!(tokens.authenticate("tok-none").is_none());
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    print_stats("tokens: ");
+}
+
+/// A real record to put actors into (an interrupt written by a memory ledger).
+fn base_record() -> &'static Record {
+    static BASE: OnceLock<Record> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let (ledger, _clock) = memory_ledger(false);
+        let body = json!({"request_id": "r-1", "thread_id": "t-1", "interrupt_id": "i-1",
+            "action": {"tool": "refund", "args": {"amount": 1}}});
+        let op = Op::from_body("interrupt", None, obj(body)).expect("valid");
+        let a = ledger
+            .execute_one(op, &agent())
+            .expect("written")
+            .appended()
+            .expect("a record");
+        let leaf = ledger.leaf(a.seq).expect("read").expect("stored");
+        Record::from_leaf(&leaf).expect("reads back")
+    })
+}
+
+/// An actor as a token makes it.
+#[derive(Debug, Clone)]
+enum ActorSpec {
+    /// `Actor::agent(principal, tenant)`.
+    Agent(String, Option<String>),
+    /// `Actor::with_role(principal, role, tenants)`.
+    Other(String, &'static str, Option<Vec<String>>),
+    /// `Actor::system()`.
+    System,
+}
+
+fn valid_id() -> BoxedStrategy<String> {
+    id_like().prop_filter("a valid id", |s| id_ok(s)).boxed()
+}
+
+fn actor_spec() -> impl Strategy<Value = ActorSpec> {
+    prop_oneof![
+        6 => (
+            valid_id(),
+            prop_oneof![2 => Just(None), 1 => Just(Some(String::new())), 3 => valid_id().prop_map(Some)],
+        )
+            .prop_map(|(p, t)| {
+                // `Some("")` stands for the agent's own principal named as its tenant.
+                let t = t.map(|t| if t.is_empty() { p.clone() } else { t });
+                ActorSpec::Agent(p, t)
+            }),
+        3 => (
+            valid_id(),
+            select(vec!["reviewer", "auditor", "admin"]),
+            prop_oneof![Just(None), vec(valid_id(), 1..3).prop_map(Some)],
+        )
+            .prop_map(|(p, r, ts)| ActorSpec::Other(p, r, ts)),
+        1 => Just(ActorSpec::System),
+    ]
+}
+
+/// Actors as tokens make them round-trip through a leaf: the leaf's `actor` is exactly the
+/// contract's (`tenant` only for an agent whose tenant is not its principal), reads back as
+/// the same actor with the same tenant, and has one spelling.
+#[test]
+fn actors_round_trip_through_leaves() {
+    fuzz(
+        "actors_round_trip_through_leaves",
+        300,
+        actor_spec(),
+        |spec| {
+            let (actor, want, tenant) = match &spec {
+                ActorSpec::Agent(p, t) => {
+                    let own = t.clone().unwrap_or_else(|| p.clone());
+                    let want = if own == *p {
+                        json!({"principal": p, "role": "agent"})
+                    } else {
+                        json!({"principal": p, "role": "agent", "tenant": own})
+                    };
+                    (Actor::agent(p.clone(), t.as_deref()), want, own)
+                }
+                ActorSpec::Other(p, r, ts) => (
+                    Actor::with_role(p.clone(), *r, ts.clone()),
+                    json!({"principal": p, "role": r}),
+                    p.clone(),
+                ),
+                ActorSpec::System => (
+                    Actor::system(),
+                    json!({"principal": "hitl-ledger", "role": "system"}),
+                    "hitl-ledger".to_string(),
+                ),
+            };
+            let mut rec = base_record().clone();
+            rec.actor = actor;
+            let leaf = rec.leaf().map_err(|e| fail(e.to_string()))?;
+            let v: Value = serde_json::from_slice(&leaf).map_err(|e| fail(e.to_string()))?;
+            prop_assert_eq!(&v["actor"], &want);
+            let back = Record::from_leaf(&leaf).map_err(|e| fail(format!("{e:?}")))?;
+            prop_assert_eq!(&back, &rec);
+            prop_assert_eq!(back.actor.tenant_name(), tenant.as_str());
+            prop_assert_eq!(back.leaf().map_err(|e| fail(e.to_string()))?, leaf);
+            count(format!(
+                "actors: {}",
+                if v["actor"].get("tenant").is_some() {
+                    "with tenant"
+                } else {
+                    "without tenant"
+                }
+            ));
+            Ok(())
+        },
+    );
+    print_stats("actors: ");
+}
+
+/// Arbitrary `actor` objects in an otherwise valid leaf: read exactly when the contract says
+/// (`principal` an id, `role` one of the five, and either no other member or an agent's
+/// `tenant`, an id other than its principal), and then with one spelling and the tenant the
+/// contract gives; refused as `envelope` otherwise.
+#[test]
+fn actor_members_read_as_documented() {
+    let member = || {
+        prop_oneof![
+            8 => id_like().prop_map(Value::String),
+            1 => Just(Value::Null),
+            1 => Just(json!(7)),
+            1 => Just(json!(["acme"])),
+        ]
+    };
+    let role = prop_oneof![
+        8 => select(vec!["agent", "agent", "agent", "agent", "reviewer", "auditor", "admin", "system"])
+            .prop_map(|r| Some(json!(r))),
+        1 => select(vec!["Agent", "root", ""]).prop_map(|r| Some(json!(r))),
+        1 => Just(None),
+    ];
+    let strategy = (
+        prop_oneof![10 => member().prop_map(Some), 1 => Just(None)],
+        role,
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(Value::String("same".into()))),
+            4 => member().prop_map(Some),
+        ],
+        prop_oneof![8 => Just(None), 1 => member().prop_map(|v| Some(("team", v)))],
+    );
+    fuzz(
+        "actor_members_read_as_documented",
+        600,
+        strategy,
+        |(principal, role, tenant, extra)| {
+            let mut actor = Map::new();
+            if let Some(p) = &principal {
+                actor.insert("principal".into(), p.clone());
+            }
+            if let Some(r) = &role {
+                actor.insert("role".into(), r.clone());
+            }
+            // "same": the tenant spelt as the principal.
+            let tenant = match tenant {
+                Some(Value::String(s)) if s == "same" => principal.clone(),
+                t => t,
+            };
+            if let Some(t) = &tenant {
+                actor.insert("tenant".into(), t.clone());
+            }
+            if let Some((k, v)) = &extra {
+                actor.insert((*k).into(), v.clone());
+            }
+            let mut v = base_record().to_value();
+            v["actor"] = Value::Object(actor.clone());
+            let leaf = jcs::to_vec(&v);
+            let p = actor.get("principal").and_then(Value::as_str);
+            let r = actor.get("role").and_then(Value::as_str);
+            let t = actor.get("tenant");
+            let keys: Vec<&str> = actor.keys().map(String::as_str).collect();
+            let want: Option<String> = match (p, r) {
+                (Some(p), Some(r))
+                    if id_ok(p)
+                        && ["agent", "reviewer", "auditor", "admin", "system"].contains(&r) =>
+                {
+                    match (keys.len(), t) {
+                        (2, None) => Some(p.to_string()),
+                        (3, Some(Value::String(t))) if r == "agent" && id_ok(t) && t != p => {
+                            Some(t.clone())
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            match (Record::from_leaf(&leaf), want) {
+                (Ok(back), Some(tenant)) => {
+                    prop_assert_eq!(back.actor.tenant_name(), tenant.as_str());
+                    prop_assert_eq!(back.leaf().map_err(|e| fail(e.to_string()))?, leaf);
+                    count(format!("actor members: read ({} members)", keys.len()));
+                }
+                (Err(e), None) => {
+                    prop_assert!(
+                        matches!(e, hitl_ledger::format::record::LeafError::Envelope(_)),
+                        "{:?}",
+                        e
+                    );
+                    count("actor members: refused");
+                }
+                (Ok(_), None) => {
+                    return Err(fail(format!(
+                        "read an actor the contract refuses: {actor:?}"
+                    )));
+                }
+                (Err(e), Some(_)) => {
+                    return Err(fail(format!(
+                        "refused an actor the contract accepts: {actor:?}: {e:?}"
+                    )));
+                }
+            }
+            Ok(())
+        },
+    );
+    print_stats("actor members: ");
 }

@@ -24,12 +24,24 @@
 //! Where the contract leaves an order open, the model follows the ledger and says so
 //! ([`INTERRUPT_CONFLICT_SETTLES`], `Model::decide`, `Model::interrupt`); observe mode also
 //! answers `approval_pending` as a would-be denial.
+//!
+//! Tenants (protocol section 11.5): the operations come from several tokens ([`Ag`], [`Rev`]):
+//! three agents of tenant `acme` (two naming it, one whose principal is `acme`), one agent of
+//! its own default tenant `bot-b`, an unscoped reviewer, a reviewer scoped to `acme`, and an
+//! admin. The model predicts from the contract alone who reaches what: another tenant's
+//! request is answered as an unknown one and nothing is written (not even a due timeout), an
+//! interrupt naming another tenant's request or thread is `identifier_in_use`, an edit's new
+//! request is its original's tenant's, and each record's `actor` carries `tenant` exactly when
+//! an agent's tenant is not its principal. After every batch each request's tenant must be
+//! the model's, and after every sequence each thread's, and each tenant's decision stream must
+//! hold exactly the model's records of that tenant.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use hitl_ledger::clock::{ManualClock, Timestamp};
 use hitl_ledger::format::record::Actor;
+use hitl_ledger::ledger::events::{Audience, EventFeed};
 use hitl_ledger::ledger::{Identity, Ledger, Op};
 use hitl_ledger::model::policy::Policy;
 use hitl_ledger::storage::memory::MemoryEngine;
@@ -39,9 +51,12 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use self::Adv::*;
+use self::Ag::*;
 use self::Allowed::*;
+use self::By::*;
 use self::Change::*;
 use self::FollowsRef::*;
+use self::Rev::*;
 use self::Step::*;
 use self::TicketRef::*;
 use self::Tool::*;
@@ -75,6 +90,9 @@ const INTERRUPT_CONFLICT_SETTLES: bool = false;
 
 /// Requests opened by interrupts (`r0`, `r1`, ...); edits add more.
 const NBASE: usize = 3;
+/// Threads `t0` to `t3` (a base request's thread is one of the first three, another thread
+/// flips its lowest bit).
+const THREADS: u8 = 4;
 /// A well-formed ticket id (UUID v7) that no decision issues.
 const FRESH_TICKET: &str = "01890a5d-ac96-774b-bcce-b302099a8057";
 /// A leaf hash no record has.
@@ -109,9 +127,132 @@ pub enum Allowed {
     ApproveOnly,
 }
 
+/// An agent token (protocol 11.5: an agent's tenant is its token's `tenant`, else its
+/// principal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ag {
+    /// `bot-a1`, naming tenant `acme`.
+    AcmeOne,
+    /// `bot-a2`, naming tenant `acme` too.
+    AcmeTwo,
+    /// `acme`, naming tenant `acme`: its own principal's name, so not recorded.
+    AcmeSelf,
+    /// `bot-b`, naming no tenant: its own tenant `bot-b`.
+    Solo,
+}
+
+/// Who sends an agent's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// The agent whose interrupt opened the request (for an edit's new request, the
+    /// original's; for a request not opened yet, its base's owner).
+    Opener,
+    /// This agent.
+    As(Ag),
+    /// The admin (every tenant).
+    Admin,
+}
+
+/// Who sends a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rev {
+    /// `alice`, a reviewer of every tenant.
+    Alice,
+    /// `r2`, a reviewer whose token names tenant `acme` only.
+    ScopedAcme,
+    /// `root`, an admin.
+    Root,
+}
+
+const ACME: &str = "acme";
+const BOT_B: &str = "bot-b";
+
+/// A token as the model knows it: what it is recorded as and which tenants it reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    Agent(Ag),
+    Reviewer(Rev),
+    Admin,
+    System,
+}
+
+impl Ag {
+    fn principal(self) -> &'static str {
+        match self {
+            AcmeOne => "bot-a1",
+            AcmeTwo => "bot-a2",
+            AcmeSelf => "acme",
+            Solo => BOT_B,
+        }
+    }
+
+    /// The `tenant` its token names, if any.
+    fn named_tenant(self) -> Option<&'static str> {
+        match self {
+            AcmeOne | AcmeTwo | AcmeSelf => Some(ACME),
+            Solo => None,
+        }
+    }
+
+    /// Its tenant: the named one, else its principal.
+    fn tenant(self) -> &'static str {
+        self.named_tenant().unwrap_or(self.principal())
+    }
+}
+
+impl Rev {
+    fn who(self) -> Who {
+        match self {
+            Root => Who::Admin,
+            r => Who::Reviewer(r),
+        }
+    }
+}
+
+impl Who {
+    /// The actor the ledger is given, as a token of this kind authenticates.
+    fn actor(self) -> Actor {
+        match self {
+            Who::Agent(a) => Actor::agent(a.principal(), a.named_tenant()),
+            Who::Reviewer(Alice) => Actor::with_role("alice", "reviewer", None),
+            Who::Reviewer(ScopedAcme) => {
+                Actor::with_role("r2", "reviewer", Some(vec![ACME.to_string()]))
+            }
+            Who::Reviewer(Root) | Who::Admin => Actor::with_role("root", "admin", None),
+            Who::System => Actor::system(),
+        }
+    }
+
+    /// The record's `actor` (protocol 2.1): `tenant` only for an agent whose tenant is not its
+    /// principal.
+    fn recorded(self) -> Value {
+        match self {
+            Who::Agent(a) if a.tenant() != a.principal() => {
+                json!({"principal": a.principal(), "role": "agent", "tenant": a.tenant()})
+            }
+            Who::Agent(a) => json!({"principal": a.principal(), "role": "agent"}),
+            Who::Reviewer(Alice) => json!({"principal": "alice", "role": "reviewer"}),
+            Who::Reviewer(ScopedAcme) => json!({"principal": "r2", "role": "reviewer"}),
+            Who::Reviewer(Root) | Who::Admin => json!({"principal": "root", "role": "admin"}),
+            Who::System => json!({"principal": "hitl-ledger", "role": "system"}),
+        }
+    }
+
+    /// Whether the token reaches what belongs to `tenant` (protocol 11.5).
+    fn reaches(self, tenant: &str) -> bool {
+        match self {
+            Who::Agent(a) => a.tenant() == tenant,
+            Who::Reviewer(ScopedAcme) => tenant == ACME,
+            Who::Reviewer(Alice | Root) | Who::Admin | Who::System => true,
+        }
+    }
+}
+
 /// A base request's interrupt as first meant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Spec {
+    /// The agent that opens it (unless a step names another).
+    pub owner: Ag,
     /// Thread `t0` or `t1`.
     pub thread: u8,
     /// The proposed call's tool.
@@ -217,18 +358,32 @@ pub enum Adv {
 /// requests (`req % NBASE`), otherwise any known request (`req % count`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// An interrupt of a base request.
-    Interrupt { req: u8, change: Change },
+    /// An interrupt of a base request, by the agent `by` (`None`: the request's opener, or its
+    /// base's owner while it is not open).
+    Interrupt {
+        req: u8,
+        change: Change,
+        by: Option<Ag>,
+    },
     /// Approve (rationale index, `None` omitted).
-    Approve { req: u8, rationale: Option<u8> },
+    Approve {
+        req: u8,
+        rationale: Option<u8>,
+        by: Rev,
+    },
     /// Reject (`None` omitted, `Some(0)` blank: both refused).
-    Reject { req: u8, rationale: Option<u8> },
+    Reject {
+        req: u8,
+        rationale: Option<u8>,
+        by: Rev,
+    },
     /// Edit into `tool` with `amount`.
     Edit {
         req: u8,
         tool: Tool,
         amount: u8,
         rationale: Option<u8>,
+        by: Rev,
     },
     /// The gate's check.
     Authorize {
@@ -236,15 +391,17 @@ pub enum Step {
         ticket: TicketRef,
         action: What,
         attempt: Option<u8>,
+        by: By,
     },
     /// Revoke (reason 0 is empty: refused).
-    Revoke { req: u8, reason: u8 },
+    Revoke { req: u8, reason: u8, by: By },
     /// A follow-up (outcome 0 is empty: refused).
     FollowUp {
         req: u8,
         id: u8,
         outcome: u8,
         follows: FollowsRef,
+        by: By,
     },
     /// Move the clock.
     Advance(Adv),
@@ -526,6 +683,8 @@ struct Decided {
     edited: Option<(Tool, u8)>,
     seq: u64,
     ts: i64,
+    /// Who wrote it.
+    by: Who,
     /// The ticket the decision issued.
     ticket: usize,
     /// An edit's new request and its ticket.
@@ -549,10 +708,16 @@ struct Live {
     st: St,
     revoked: bool,
     decision: Option<Decided>,
-    /// (reason, seq, ts)
-    revocation: Option<(String, u64, i64)>,
-    /// follow_up_id → (follows, outcome, seq, ts)
-    follow_ups: BTreeMap<u8, (String, String, u64, i64)>,
+    /// The tenant it belongs to.
+    tenant: &'static str,
+    /// The agent [`By::Opener`] names.
+    opener: Ag,
+    /// Who wrote the interrupt.
+    by: Who,
+    /// (reason, seq, ts, who)
+    revocation: Option<(String, u64, i64, Who)>,
+    /// follow_up_id → (follows, outcome, seq, ts, who)
+    follow_ups: BTreeMap<u8, (String, String, u64, i64, Who)>,
     /// Leaf hashes of this request's records, as answered.
     leaves: Vec<String>,
 }
@@ -589,6 +754,7 @@ struct GrantM {
     action: (Tool, u8),
     seq: u64,
     ts: i64,
+    by: Who,
     auth: AuthExp,
 }
 
@@ -599,6 +765,10 @@ struct Model {
     reqs: Vec<ReqM>,
     tickets: Vec<TicketM>,
     grants: Vec<GrantM>,
+    /// The tenant of each record, by seq (every record the model makes names a request).
+    record_tenants: Vec<&'static str>,
+    /// Each thread's tenant: its first record's request's.
+    threads: BTreeMap<u8, &'static str>,
 }
 
 /// What the ledger is asked.
@@ -610,7 +780,7 @@ enum Call {
         kind: &'static str,
         rid: Option<String>,
         body: Value,
-        reviewer: bool,
+        who: Who,
     },
     Sweep,
     Read(String),
@@ -621,6 +791,9 @@ enum Call {
 enum Expect {
     Nothing,
     Error(&'static str),
+    /// An error answered because the caller does not reach the tenant (protocol 11.5): as
+    /// [`Expect::Error`], counted apart.
+    Unreached(&'static str),
     Record(Exp),
     /// Timeouts from `first_seq`: (request, deadline).
     Swept {
@@ -637,6 +810,8 @@ struct Exp {
     seq: u64,
     ts: i64,
     duplicate: bool,
+    /// Who the record names as its actor.
+    actor: Who,
     extra: ExpExtra,
 }
 
@@ -688,6 +863,8 @@ impl Model {
                 .collect(),
             tickets: Vec::new(),
             grants: Vec::new(),
+            record_tenants: Vec::new(),
+            threads: BTreeMap::new(),
         }
     }
 
@@ -716,7 +893,48 @@ impl Model {
         };
         if l.st == St::Open && now >= l.deadline {
             l.st = St::TimedOut;
-            self.count += 1;
+            let tenant = l.tenant;
+            self.wrote(tenant);
+        }
+    }
+
+    /// Counts a record of `tenant`'s; its seq.
+    fn wrote(&mut self, tenant: &'static str) -> u64 {
+        let seq = self.count;
+        self.count += 1;
+        self.record_tenants.push(tenant);
+        seq
+    }
+
+    /// The agent `by` names for request `r`.
+    fn agent_for(&self, r: usize, by: Option<Ag>, bases: &[Spec]) -> Ag {
+        by.unwrap_or_else(|| match self.live(r) {
+            Some(l) => l.opener,
+            None => bases[r % NBASE].owner,
+        })
+    }
+
+    /// The token `by` names for request `r`.
+    fn who_for(&self, r: usize, by: By, bases: &[Spec]) -> Who {
+        match by {
+            Opener => Who::Agent(self.agent_for(r, None, bases)),
+            As(a) => Who::Agent(a),
+            Admin => Who::Admin,
+        }
+    }
+
+    /// Whether `who` reaches request `r`: `None` when there is no such request.
+    fn reaches(&self, r: usize, who: Who) -> Option<bool> {
+        self.live(r).map(|l| who.reaches(l.tenant))
+    }
+
+    /// The answer to `who` naming request `r` when it may not act on it: an unknown request,
+    /// and another tenant's request alike (protocol 11.5).
+    fn unreached(&self, r: usize, who: Who) -> Option<Expect> {
+        match self.reaches(r, who) {
+            None => Some(Expect::Error("request_not_found")),
+            Some(false) => Some(Expect::Unreached("request_not_found")),
+            Some(true) => None,
         }
     }
 
@@ -751,16 +969,21 @@ impl Model {
         deadlines.chain(expiries).filter(|&t| t > self.now).min()
     }
 
-    fn record(&mut self, kind: &'static str, req: usize, extra: ExpExtra) -> Expect {
+    fn record(&mut self, kind: &'static str, req: usize, actor: Who, extra: ExpExtra) -> Expect {
+        let tenant = self
+            .live(req)
+            .expect("a record names an open request")
+            .tenant;
         let e = Exp {
             kind,
             req,
             seq: self.count,
             ts: self.now,
             duplicate: false,
+            actor,
             extra,
         };
-        self.count += 1;
+        self.wrote(tenant);
         Expect::Record(e)
     }
 
@@ -768,38 +991,44 @@ impl Model {
     /// (ids the ledger makes are learned from the answer afterwards).
     fn step(&mut self, step: &Step, bases: &[Spec]) -> (Call, Expect) {
         match *step {
-            Interrupt { req, change } => {
+            Interrupt { req, change, by } => {
                 let r = usize::from(req) % NBASE;
                 let sent = Sent::of(&bases[r], change);
+                let ag = self.agent_for(r, by, bases);
                 let call = Call::Append {
                     kind: "interrupt",
                     rid: None,
                     body: sent.body(&format!("r{r}")),
-                    reviewer: false,
+                    who: Who::Agent(ag),
                 };
-                (call, self.interrupt(r, &sent))
+                (call, self.interrupt(r, &sent, ag))
             }
-            Approve { req, rationale } => {
+            Approve { req, rationale, by } => {
                 let r = usize::from(req) % NBASE;
                 let rat = approve_rationale(rationale);
                 let mut body = json!({"decision": "approve"});
                 if let Some(t) = &rat {
                     body["rationale"] = json!(t);
                 }
-                (self.decide_call(r, body), self.decide(r, Dk::Ap, rat, None))
+                let who = by.who();
+                (
+                    self.decide_call(r, body, who),
+                    self.decide(r, who, Dk::Ap, rat, None),
+                )
             }
-            Reject { req, rationale } => {
+            Reject { req, rationale, by } => {
                 let r = usize::from(req) % NBASE;
                 let rat = rationale.map(|k| ["  ", "no", "nope"][usize::from(k) % 3].to_string());
                 let mut body = json!({"decision": "reject"});
                 if let Some(t) = &rat {
                     body["rationale"] = json!(t);
                 }
-                let call = self.decide_call(r, body);
+                let who = by.who();
+                let call = self.decide_call(r, body, who);
                 match &rat {
                     None => (call, Expect::Error("missing_field")),
                     Some(t) if t.trim().is_empty() => (call, Expect::Error("invalid_request")),
-                    Some(_) => (call, self.decide(r, Dk::Rj, rat, None)),
+                    Some(_) => (call, self.decide(r, who, Dk::Rj, rat, None)),
                 }
             }
             Edit {
@@ -807,6 +1036,7 @@ impl Model {
                 tool,
                 amount,
                 rationale,
+                by,
             } => {
                 let r = usize::from(req) % NBASE;
                 let rat = approve_rationale(rationale);
@@ -815,9 +1045,10 @@ impl Model {
                 if let Some(t) = &rat {
                     body["rationale"] = json!(t);
                 }
+                let who = by.who();
                 (
-                    self.decide_call(r, body),
-                    self.decide(r, Dk::Ed, rat, Some((tool, amount))),
+                    self.decide_call(r, body, who),
+                    self.decide(r, who, Dk::Ed, rat, Some((tool, amount))),
                 )
             }
             Authorize {
@@ -825,29 +1056,34 @@ impl Model {
                 ticket,
                 action,
                 attempt,
+                by,
             } => {
                 let r = self.any_req(req);
-                self.authorize(r, ticket, action, attempt)
+                let who = self.who_for(r, by, bases);
+                self.authorize(r, who, ticket, action, attempt)
             }
-            Revoke { req, reason } => {
+            Revoke { req, reason, by } => {
                 let r = self.any_req(req);
+                let who = self.who_for(r, by, bases);
                 let reason = ["", "oops", "changed my mind"][usize::from(reason) % 3];
                 let call = Call::Append {
                     kind: "revoke",
                     rid: Some(self.rid(r)),
                     body: json!({"reason": reason}),
-                    reviewer: false,
+                    who,
                 };
-                (call, self.revoke(r, reason))
+                (call, self.revoke(r, who, reason))
             }
             FollowUp {
                 req,
                 id,
                 outcome,
                 follows,
+                by,
             } => {
                 let r = self.any_req(req);
-                self.follow_up(r, id, outcome, follows)
+                let who = self.who_for(r, by, bases);
+                self.follow_up(r, who, id, outcome, follows)
             }
             Advance(adv) => {
                 let d = match adv {
@@ -891,17 +1127,34 @@ impl Model {
         }
     }
 
-    fn decide_call(&self, r: usize, body: Value) -> Call {
+    fn decide_call(&self, r: usize, body: Value, who: Who) -> Call {
         Call::Append {
             kind: "decision",
             rid: Some(self.rid(r)),
             body,
-            reviewer: true,
+            who,
         }
     }
 
-    fn interrupt(&mut self, r: usize, sent: &Sent) -> Expect {
+    fn interrupt(&mut self, r: usize, sent: &Sent, ag: Ag) -> Expect {
+        let who = Who::Agent(ag);
         let norm = sent.norm();
+        // Another tenant's request id is taken, whatever the interrupt says (protocol 11.5),
+        // and nothing is written, not even its due timeout.
+        if self.reaches(r, who) == Some(false) {
+            return Expect::Unreached("identifier_in_use");
+        }
+        // A new request would be `ag`'s tenant's: a thread of another tenant is taken too.
+        // The contract leaves open whether this or a too long review window is answered
+        // first; the model follows the ledger (the thread first).
+        if self.live(r).is_none()
+            && self
+                .threads
+                .get(&sent.spec.thread)
+                .is_some_and(|&owner| owner != ag.tenant())
+        {
+            return Expect::Unreached("identifier_in_use");
+        }
         // A replay is compared with what was stored, not re-evaluated under the policy
         // (protocol 12): a window longer than the tool's is then simply not the same.
         if self.live(r).is_none()
@@ -924,6 +1177,7 @@ impl Model {
                 seq: l.seq,
                 ts: l.ts,
                 duplicate: true,
+                actor: l.by,
                 extra: ExpExtra::Interrupt {
                     expires_at: l.deadline,
                 },
@@ -942,14 +1196,19 @@ impl Model {
             st: St::Open,
             revoked: false,
             decision: None,
+            tenant: ag.tenant(),
+            opener: ag,
+            by: who,
             revocation: None,
             follow_ups: BTreeMap::new(),
             leaves: Vec::new(),
             norm: Some(norm),
         });
+        self.threads.entry(sent.spec.thread).or_insert(ag.tenant());
         self.record(
             "interrupt",
             r,
+            who,
             ExpExtra::Interrupt {
                 expires_at: deadline,
             },
@@ -959,6 +1218,7 @@ impl Model {
     fn decide(
         &mut self,
         r: usize,
+        who: Who,
         dk: Dk,
         rationale: Option<String>,
         edited: Option<(Tool, u8)>,
@@ -966,6 +1226,11 @@ impl Model {
         let Some(l) = self.live(r) else {
             return Expect::Error("request_not_found");
         };
+        // A request the reviewer's token does not reach is answered as an unknown one, before
+        // its due timeout is written (protocol 11.5).
+        if !who.reaches(l.tenant) {
+            return Expect::Unreached("request_not_found");
+        }
         let allowed = l.allowed.contains(&dk);
         // The order of these checks is the contract's only in part: a due timeout first, then
         // any later decision is a replay or a `conflict` (section 3), and only an open
@@ -1001,6 +1266,7 @@ impl Model {
                 seq: d.seq,
                 ts: d.ts,
                 duplicate: true,
+                actor: d.by,
                 extra,
             });
         }
@@ -1010,7 +1276,7 @@ impl Model {
         if !allowed {
             return Expect::Error("decision_not_allowed");
         }
-        let (tool, thread) = (l.tool, l.thread);
+        let (tool, thread, tenant, opener) = (l.tool, l.thread, l.tenant, l.opener);
         let now = self.now;
         let ticket = self.tickets.len();
         match dk {
@@ -1031,6 +1297,7 @@ impl Model {
                     edited,
                     seq,
                     ts: now,
+                    by: who,
                     ticket,
                     new_req: None,
                     expires: Some(expires),
@@ -1038,6 +1305,7 @@ impl Model {
                 self.record(
                     "decision",
                     r,
+                    who,
                     ExpExtra::Decision {
                         ticket,
                         expires_at: Some(expires),
@@ -1060,6 +1328,7 @@ impl Model {
                     edited,
                     seq,
                     ts: now,
+                    by: who,
                     ticket,
                     new_req: None,
                     expires: None,
@@ -1067,6 +1336,7 @@ impl Model {
                 self.record(
                     "rejection",
                     r,
+                    who,
                     ExpExtra::Decision {
                         ticket,
                         expires_at: None,
@@ -1105,12 +1375,18 @@ impl Model {
                         allowed: vec![Dk::Ap],
                         st: St::Approved,
                         revoked: false,
+                        // The edit's new request is its original's tenant's (protocol 11.5);
+                        // its interrupt and approval are the reviewer's records.
+                        tenant,
+                        opener,
+                        by: who,
                         decision: Some(Decided {
                             dk: Dk::Ap,
                             rationale: None,
                             edited: None,
                             seq: seq + 2,
                             ts: now,
+                            by: who,
                             ticket: new_ticket,
                             new_req: None,
                             expires: Some(expires),
@@ -1128,6 +1404,7 @@ impl Model {
                     edited,
                     seq,
                     ts: now,
+                    by: who,
                     ticket,
                     new_req: Some((new_req, new_ticket)),
                     expires: Some(expires),
@@ -1135,6 +1412,7 @@ impl Model {
                 let e = self.record(
                     "decision",
                     r,
+                    who,
                     ExpExtra::Edit {
                         new_req,
                         new_ticket,
@@ -1142,7 +1420,8 @@ impl Model {
                         expires_at: expires,
                     },
                 );
-                self.count += 2;
+                self.wrote(tenant);
+                self.wrote(tenant);
                 e
             }
         }
@@ -1151,6 +1430,7 @@ impl Model {
     fn authorize(
         &mut self,
         r: usize,
+        who: Who,
         tref: TicketRef,
         what: What,
         attempt: Option<u8>,
@@ -1187,11 +1467,12 @@ impl Model {
             kind: "authorize",
             rid: Some(self.rid(r)),
             body,
-            reviewer: false,
+            who,
         };
-        // Checked first, writing nothing: the request, the ticket id's form, the action's.
-        if self.live(r).is_none() {
-            return (call, Expect::Error("request_not_found"));
+        // Checked first, writing nothing: the request (another tenant's is answered as an
+        // unknown one, protocol 11.5), the ticket id's form, the action's.
+        if let Some(e) = self.unreached(r, who) {
+            return (call, e);
         }
         if matches!(tref, UpperTicket | GarbageTicket) {
             return (call, Expect::Error("invalid_ticket_id"));
@@ -1214,6 +1495,7 @@ impl Model {
                     seq: g.seq,
                     ts: g.ts,
                     duplicate: true,
+                    actor: g.by,
                     extra: ExpExtra::Auth(g.auth.clone()),
                 }),
             );
@@ -1271,22 +1553,28 @@ impl Model {
                 action: presented,
                 seq: self.count,
                 ts: now,
+                by: who,
                 auth: auth.clone(),
             });
         }
-        (call, self.record("authorization", r, ExpExtra::Auth(auth)))
+        (
+            call,
+            self.record("authorization", r, who, ExpExtra::Auth(auth)),
+        )
     }
 
-    fn revoke(&mut self, r: usize, reason: &str) -> Expect {
+    fn revoke(&mut self, r: usize, who: Who, reason: &str) -> Expect {
         if reason.is_empty() {
             return Expect::Error("invalid_request");
         }
-        if self.live(r).is_none() {
-            return Expect::Error("request_not_found");
+        // Agents of the request's tenant and admins revoke; another tenant's request is
+        // answered as an unknown one, writing nothing (protocol 11.5).
+        if let Some(e) = self.unreached(r, who) {
+            return e;
         }
         self.settle(r);
         let l = self.live(r).expect("interrupted");
-        if let Some((why, seq, ts)) = &l.revocation {
+        if let Some((why, seq, ts, by)) = &l.revocation {
             if why != reason {
                 return Expect::Error("idempotency_conflict");
             }
@@ -1296,6 +1584,7 @@ impl Model {
                 seq: *seq,
                 ts: *ts,
                 duplicate: true,
+                actor: *by,
                 extra: ExpExtra::Plain,
             });
         }
@@ -1305,14 +1594,21 @@ impl Model {
                 let l = self.live_mut(r);
                 l.st = St::Revoked;
                 l.revoked = true;
-                l.revocation = Some((reason.to_string(), seq, now));
-                self.record("revocation", r, ExpExtra::Plain)
+                l.revocation = Some((reason.to_string(), seq, now, who));
+                self.record("revocation", r, who, ExpExtra::Plain)
             }
             _ => Expect::Error("conflict"),
         }
     }
 
-    fn follow_up(&mut self, r: usize, id: u8, outcome: u8, fref: FollowsRef) -> (Call, Expect) {
+    fn follow_up(
+        &mut self,
+        r: usize,
+        who: Who,
+        id: u8,
+        outcome: u8,
+        fref: FollowsRef,
+    ) -> (Call, Expect) {
         let follows = match fref {
             OwnLeaf(n) => match self.live(r).map(|l| &l.leaves) {
                 Some(v) if !v.is_empty() => v[usize::from(n) % v.len()].clone(),
@@ -1340,17 +1636,18 @@ impl Model {
             kind: "follow_up",
             rid: Some(self.rid(r)),
             body: json!({"follow_up_id": format!("fu-{id}"), "follows": follows, "outcome": outcome_s}),
-            reviewer: false,
+            who,
         };
         if fref == NotAHash || outcome_s.is_empty() {
             return (call, Expect::Error("invalid_request"));
         }
-        if self.live(r).is_none() {
-            return (call, Expect::Error("request_not_found"));
+        // Another tenant's request is answered as an unknown one (protocol 11.5).
+        if let Some(e) = self.unreached(r, who) {
+            return (call, e);
         }
         self.settle(r);
         let l = self.live(r).expect("interrupted");
-        if let Some((f, o, seq, ts)) = l.follow_ups.get(&id) {
+        if let Some((f, o, seq, ts, by)) = l.follow_ups.get(&id) {
             if *f != follows || o != outcome_s {
                 return (call, Expect::Error("idempotency_conflict"));
             }
@@ -1360,6 +1657,7 @@ impl Model {
                 seq: *seq,
                 ts: *ts,
                 duplicate: true,
+                actor: *by,
                 extra: ExpExtra::Plain,
             };
             return (call, Expect::Record(e));
@@ -1370,8 +1668,8 @@ impl Model {
         let (seq, now) = (self.count, self.now);
         self.live_mut(r)
             .follow_ups
-            .insert(id, (follows, outcome_s.to_string(), seq, now));
-        (call, self.record("follow_up", r, ExpExtra::Plain))
+            .insert(id, (follows, outcome_s.to_string(), seq, now, who));
+        (call, self.record("follow_up", r, who, ExpExtra::Plain))
     }
 }
 
@@ -1439,6 +1737,7 @@ impl Model {
         );
         let thread = self.live(e.req).map(|l| thread_name(l.thread));
         same!("thread_id", rec["thread_id"].as_str(), thread.as_deref());
+        same!("actor", &rec["actor"], &e.actor.recorded());
         match &e.extra {
             ExpExtra::Plain => {}
             ExpExtra::Interrupt { expires_at } => {
@@ -1540,7 +1839,7 @@ impl Model {
     fn check(&mut self, e: &Expect, got: Result<Value, String>) -> Result<(), String> {
         match (e, got) {
             (Expect::Nothing, _) => Ok(()),
-            (Expect::Error(code), Err(g)) => {
+            (Expect::Error(code) | Expect::Unreached(code), Err(g)) => {
                 same!("error", g.as_str(), *code);
                 Ok(())
             }
@@ -1556,6 +1855,7 @@ impl Model {
                     let rec = &t["record"];
                     same!("kind", rec["kind"].as_str(), Some("timeout"));
                     same!("seq", rec["seq"].as_u64(), Some(first_seq + i as u64));
+                    same!("timeout actor", &rec["actor"], &Who::System.recorded());
                     same!("ts", ts_micros(&rec["ts"]), Some(self.now));
                     let rid = rec["request_id"].as_str().ok_or("no request_id")?;
                     let r = self
@@ -1567,6 +1867,14 @@ impl Model {
                     if let Some(l) = self.reqs[r].live.as_mut() {
                         l.leaves
                             .push(t["leaf_hash"].as_str().unwrap_or_default().to_string());
+                        // The contract leaves the order of one sweep's timeouts open: the
+                        // model learns it here (the set is checked below).
+                        if let Some(slot) = usize::try_from(first_seq + i as u64)
+                            .ok()
+                            .and_then(|seq| self.record_tenants.get_mut(seq))
+                        {
+                            *slot = l.tenant;
+                        }
                     }
                 }
                 got.sort_unstable();
@@ -1585,14 +1893,6 @@ impl Model {
 // ---------------------------------------------------------------------------------------------
 // Running a scenario against the ledger.
 
-fn agent() -> Actor {
-    Actor::agent("agent-1", None)
-}
-
-fn reviewer() -> Actor {
-    Actor::with_role("alice", "reviewer", None)
-}
-
 /// What one run saw, for the summary.
 #[derive(Default)]
 struct Tally(BTreeMap<String, u64>);
@@ -1603,6 +1903,7 @@ fn outcome_label(e: &Expect) -> String {
     match e {
         Expect::Nothing => "nothing".into(),
         Expect::Error(c) => format!("error {c}"),
+        Expect::Unreached(c) => format!("error {c} (other tenant)"),
         Expect::State(s) => format!("read {}", s.name()),
         Expect::Swept { items, .. } => format!("sweep {}", items.len().min(2)),
         Expect::Record(x) => match &x.extra {
@@ -1695,10 +1996,10 @@ fn check_stored(ledger: &Ledger, model: &Model) -> Result<(), String> {
     }
     for (r, q) in model.reqs.iter().enumerate() {
         let rid = model.rid(r);
-        let got = match ledger.request_state(&rid) {
-            Ok(Some(st)) => Ok(st.status.as_str().to_string()),
-            Ok(None) => Err("request_not_found".to_string()),
-            Err(e) => Err(code_of(&e)),
+        let (got, tenant) = match ledger.request_state(&rid) {
+            Ok(Some(st)) => (Ok(st.status.as_str().to_string()), Some(st.tenant)),
+            Ok(None) => (Err("request_not_found".to_string()), None),
+            Err(e) => (Err(code_of(&e)), None),
         };
         let want = match &q.live {
             Some(l) => Ok(l.st.name().to_string()),
@@ -1709,7 +2010,68 @@ fn check_stored(ledger: &Ledger, model: &Model) -> Result<(), String> {
                 "request {rid}: the ledger's state {got:?}, the model's {want:?}"
             ));
         }
+        same!(
+            format!("request {rid}'s tenant"),
+            tenant.as_deref(),
+            q.live.as_ref().map(|l| l.tenant)
+        );
     }
+    Ok(())
+}
+
+/// Each thread's tenant, through the ledger's read, against the model (a thread's tenant is
+/// set by its first record and never changes, so once at the end).
+fn check_threads(ledger: &Ledger, model: &Model) -> Result<(), String> {
+    for t in 0..THREADS {
+        let tenant = ledger
+            .thread_tenant(&thread_name(t))
+            .map_err(|e| e.to_string())?;
+        same!(
+            format!("thread {}'s tenant", thread_name(t)),
+            tenant.as_deref(),
+            model.threads.get(&t).copied()
+        );
+    }
+    Ok(())
+}
+
+/// The seqs the decision stream sends `audience` from the start, read to the end.
+fn stream_seqs(ledger: &Ledger, audience: Audience) -> Result<Vec<u64>, String> {
+    let mut feed = EventFeed::new(audience);
+    let mut after = None;
+    let mut seqs = Vec::new();
+    loop {
+        let batch = feed.next(ledger, after).map_err(|e| e.to_string())?;
+        seqs.extend(batch.events.iter().map(|e| e.seq));
+        if !batch.full {
+            return Ok(seqs);
+        }
+        after = batch.scanned_to;
+    }
+}
+
+/// Each audience's decision stream against the model: an agent's tenant, a scoped token's
+/// tenants, and everything (protocol 11.4 and 11.5).
+fn check_streams(ledger: &Ledger, model: &Model) -> Result<(), String> {
+    let of = |ts: &[&str]| -> Vec<u64> {
+        (0..model.count)
+            .filter(|&seq| ts.contains(&model.record_tenants[seq as usize]))
+            .collect()
+    };
+    let audiences: [&[&str]; 4] = [&[ACME], &[BOT_B], &[BOT_B, ACME], &["nobody"]];
+    for ts in audiences {
+        let got = stream_seqs(
+            ledger,
+            Audience::Tenants(ts.iter().map(|t| t.to_string()).collect()),
+        )?;
+        same!(format!("the stream of tenants {ts:?}"), got, of(ts));
+    }
+    let all = stream_seqs(ledger, Audience::Everything)?;
+    same!(
+        "the stream of everything",
+        all,
+        (0..model.count).collect::<Vec<u64>>()
+    );
     Ok(())
 }
 
@@ -1718,6 +2080,11 @@ fn check_stored(ledger: &Ledger, model: &Model) -> Result<(), String> {
 /// # Errors
 /// Where the ledger and the model part, with the step.
 pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
+    run_labelled(sc).map(|labels| labels.len())
+}
+
+/// As [`run_scenario`]; the model's answer to each step (its error code, record kind, ...).
+fn run_labelled(sc: &Scenario) -> Result<Vec<String>, String> {
     let scenario_started = std::time::Instant::now();
     let start = Timestamp::parse(T0).expect("T0");
     let clock = ManualClock::new(start);
@@ -1767,10 +2134,10 @@ pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
                 kind,
                 rid,
                 body,
-                reviewer: rev,
+                who,
             } => {
                 let map: Map<String, Value> = body.as_object().expect("an object").clone();
-                let actor = if *rev { reviewer() } else { agent() };
+                let actor = who.actor();
                 match Op::from_body(kind, rid.clone(), map) {
                     Ok(op) => Some((op, actor)),
                     // Refused before it reaches the ledger.
@@ -1794,7 +2161,7 @@ pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
         let Some((op, actor)) = op else {
             if !matches!(
                 expect,
-                Expect::Nothing | Expect::Error(_) | Expect::State(_)
+                Expect::Nothing | Expect::Error(_) | Expect::Unreached(_) | Expect::State(_)
             ) {
                 return Err(fail("the model expects an answer to nothing sent".into()));
             }
@@ -1828,6 +2195,8 @@ pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
             ));
         }
     }
+    check_threads(&ledger, &model).map_err(|m| format!("at the end: {m}"))?;
+    check_streams(&ledger, &model).map_err(|m| format!("at the end: {m}"))?;
     let verify_started = std::time::Instant::now();
     let report = hitl_ledger::audit::fsck::verify(&ledger, None, &mut |_, _| {})
         .map_err(|e| format!("verify: {e}"))?;
@@ -1835,8 +2204,8 @@ pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
         return Err(format!("verify found problems: {:?}", report.problems));
     }
     let mut t = TALLY.lock().unwrap_or_else(|p| p.into_inner());
-    for l in labels {
-        *t.0.entry(l).or_default() += 1;
+    for l in &labels {
+        *t.0.entry(l.clone()).or_default() += 1;
     }
     *t.0.entry(format!("~ sequences with batches of up to {batch}"))
         .or_default() += 1;
@@ -1846,7 +2215,7 @@ pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
     *t.0.entry("~ ms in run_scenario".into()).or_default() +=
         u64::try_from(scenario_started.elapsed().as_millis()).unwrap_or(0);
     *t.0.entry("~ checkpoints verified".into()).or_default() += report.checkpoints as u64;
-    Ok(sc.steps.len())
+    Ok(labels)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1881,9 +2250,37 @@ fn review_ttl() -> impl Strategy<Value = Option<u64>> {
     ]
 }
 
+fn ag() -> impl Strategy<Value = Ag> {
+    prop_oneof![
+        2 => Just(AcmeOne),
+        1 => Just(AcmeTwo),
+        1 => Just(AcmeSelf),
+        2 => Just(Solo),
+    ]
+}
+
+/// Mostly the request's opener (so that the deeper paths stay reached), else any agent (of
+/// the same tenant or another) or the admin.
+fn by() -> impl Strategy<Value = By> {
+    prop_oneof![
+        12 => Just(Opener),
+        4 => ag().prop_map(As),
+        1 => Just(Admin),
+    ]
+}
+
+fn rev() -> impl Strategy<Value = Rev> {
+    prop_oneof![
+        5 => Just(Alice),
+        2 => Just(ScopedAcme),
+        1 => Just(Root),
+    ]
+}
+
 fn spec() -> impl Strategy<Value = Spec> {
     (
-        0u8..2,
+        ag(),
+        0u8..(THREADS - 1),
         tool(),
         1u8..3,
         prop::bool::weighted(0.25),
@@ -1891,7 +2288,8 @@ fn spec() -> impl Strategy<Value = Spec> {
         review_ttl(),
     )
         .prop_map(
-            |(thread, tool, amount, redact_amount, allowed, review_ttl)| Spec {
+            |(owner, thread, tool, amount, redact_amount, allowed, review_ttl)| Spec {
+                owner,
                 thread,
                 tool,
                 amount,
@@ -1926,11 +2324,14 @@ fn rationale() -> impl Strategy<Value = Option<u8>> {
 fn step() -> impl Strategy<Value = Step> {
     let req = 0u8..6;
     prop_oneof![
-        4 => (req.clone(), change()).prop_map(|(req, change)| Interrupt { req, change }),
-        3 => (req.clone(), rationale()).prop_map(|(req, rationale)| Approve { req, rationale }),
-        1 => (req.clone(), rationale()).prop_map(|(req, rationale)| Reject { req, rationale }),
-        1 => (req.clone(), tool(), 1u8..4, rationale())
-            .prop_map(|(req, tool, amount, rationale)| Edit { req, tool, amount, rationale }),
+        4 => (req.clone(), change(), prop_oneof![4 => Just(None), 1 => ag().prop_map(Some)])
+            .prop_map(|(req, change, by)| Interrupt { req, change, by }),
+        3 => (req.clone(), rationale(), rev())
+            .prop_map(|(req, rationale, by)| Approve { req, rationale, by }),
+        1 => (req.clone(), rationale(), rev())
+            .prop_map(|(req, rationale, by)| Reject { req, rationale, by }),
+        1 => (req.clone(), tool(), 1u8..4, rationale(), rev())
+            .prop_map(|(req, tool, amount, rationale, by)| Edit { req, tool, amount, rationale, by }),
         8 => (
             req.clone(),
             prop_oneof![
@@ -1947,10 +2348,11 @@ fn step() -> impl Strategy<Value = Step> {
                 1 => Just(BadAction),
             ],
             prop_oneof![1 => Just(None), 2 => (0u8..3).prop_map(Some)],
+            by(),
         )
-            .prop_map(|(req, ticket, action, attempt)| Authorize { req, ticket, action, attempt }),
-        1 => (req.clone(), prop_oneof![1 => Just(0u8), 6 => 1u8..3])
-            .prop_map(|(req, reason)| Revoke { req, reason }),
+            .prop_map(|(req, ticket, action, attempt, by)| Authorize { req, ticket, action, attempt, by }),
+        1 => (req.clone(), prop_oneof![1 => Just(0u8), 6 => 1u8..3], by())
+            .prop_map(|(req, reason, by)| Revoke { req, reason, by }),
         1 => (
             req.clone(),
             0u8..2,
@@ -1961,8 +2363,9 @@ fn step() -> impl Strategy<Value = Step> {
                 1 => Just(NoSuchLeaf),
                 1 => Just(NotAHash),
             ],
+            by(),
         )
-            .prop_map(|(req, id, outcome, follows)| FollowUp { req, id, outcome, follows }),
+            .prop_map(|(req, id, outcome, follows, by)| FollowUp { req, id, outcome, follows, by }),
         3 => prop_oneof![
             1 => (1u32..3).prop_map(Micros),
             3 => prop_oneof![Just(1u8), Just(5), Just(10), Just(20), Just(30), Just(61)].prop_map(Secs),
@@ -1988,7 +2391,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             // shrinks away on its own.
             let mut steps: Vec<Step> = (0..NBASE as u8)
                 .filter(|&req| open_first[usize::from(req)])
-                .map(|req| Interrupt { req, change: Same })
+                .map(|req| Interrupt {
+                    req,
+                    change: Same,
+                    by: None,
+                })
                 .collect();
             steps.extend(more);
             Scenario {
@@ -2079,6 +2486,7 @@ fn a_hand_written_scenario() {
     let sc = Scenario {
         bases: vec![
             Spec {
+                owner: AcmeOne,
                 thread: 0,
                 tool: SendEmail,
                 amount: 1,
@@ -2087,6 +2495,7 @@ fn a_hand_written_scenario() {
                 review_ttl: None,
             },
             Spec {
+                owner: AcmeOne,
                 thread: 1,
                 tool: WireTransfer,
                 amount: 2,
@@ -2095,6 +2504,7 @@ fn a_hand_written_scenario() {
                 review_ttl: Some(5),
             },
             Spec {
+                owner: AcmeOne,
                 thread: 0,
                 tool: Refund,
                 amount: 1,
@@ -2108,160 +2518,205 @@ fn a_hand_written_scenario() {
             Interrupt {
                 req: 0,
                 change: Same,
+                by: None,
             },
             Interrupt {
                 req: 0,
                 change: SameExplicit,
+                by: None,
             },
             Interrupt {
                 req: 0,
                 change: OtherAmount(3),
+                by: None,
             },
             Interrupt {
                 req: 1,
                 change: Same,
+                by: None,
             },
             Interrupt {
                 req: 1,
                 change: NameAccount,
+                by: None,
             },
             Interrupt {
                 req: 2,
                 change: Same,
+                by: None,
             },
             Authorize {
                 req: 0,
                 ticket: FreshTicket,
                 action: SameAction,
                 attempt: None,
+                by: Opener,
             },
             Authorize {
                 req: 2,
                 ticket: FreshTicket,
                 action: SameAction,
                 attempt: None,
+                by: Opener,
             },
             Approve {
                 req: 0,
                 rationale: None,
+                by: Alice,
             },
             Approve {
                 req: 0,
                 rationale: None,
+                by: Alice,
             },
             Approve {
                 req: 0,
                 rationale: Some(1),
+                by: Alice,
             },
             Reject {
                 req: 0,
                 rationale: Some(1),
+                by: Alice,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: OtherToolAction(PostMessage),
                 attempt: Some(0),
+                by: Opener,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: OtherToolAction(PostMessage),
                 attempt: Some(0),
+                by: Opener,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: OtherToolAction(WireTransfer),
                 attempt: None,
+                by: Opener,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: Some(1),
+                by: Opener,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: Some(1),
+                by: Opener,
             },
             Authorize {
                 req: 0,
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: Some(2),
+                by: Opener,
             },
             Edit {
                 req: 1,
                 tool: WireTransfer,
                 amount: 3,
                 rationale: None,
+                by: Alice,
             },
             Edit {
                 req: 2,
                 tool: WireTransfer,
                 amount: 3,
                 rationale: Some(0),
+                by: Alice,
             },
             Edit {
                 req: 2,
                 tool: WireTransfer,
                 amount: 3,
                 rationale: Some(0),
+                by: Alice,
             },
             Edit {
                 req: 2,
                 tool: WireTransfer,
                 amount: 2,
                 rationale: Some(0),
+                by: Alice,
             },
             Authorize {
                 req: 2,
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: None,
+                by: Opener,
             },
             Authorize {
                 req: 3,
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: None,
+                by: Opener,
             },
             Authorize {
                 req: 3,
                 ticket: NthTicket(0),
                 action: SameAction,
                 attempt: None,
+                by: Opener,
             },
-            Revoke { req: 2, reason: 1 },
-            Revoke { req: 3, reason: 1 },
-            Revoke { req: 3, reason: 1 },
-            Revoke { req: 3, reason: 2 },
+            Revoke {
+                req: 2,
+                reason: 1,
+                by: Opener,
+            },
+            Revoke {
+                req: 3,
+                reason: 1,
+                by: Opener,
+            },
+            Revoke {
+                req: 3,
+                reason: 1,
+                by: Opener,
+            },
+            Revoke {
+                req: 3,
+                reason: 2,
+                by: Opener,
+            },
             FollowUp {
                 req: 3,
                 id: 0,
                 outcome: 1,
                 follows: OwnLeaf(0),
+                by: Opener,
             },
             FollowUp {
                 req: 3,
                 id: 0,
                 outcome: 1,
                 follows: OwnLeaf(0),
+                by: Opener,
             },
             FollowUp {
                 req: 3,
                 id: 0,
                 outcome: 2,
                 follows: OwnLeaf(0),
+                by: Opener,
             },
             FollowUp {
                 req: 0,
                 id: 1,
                 outcome: 1,
                 follows: ForeignLeaf(0),
+                by: Opener,
             },
             Advance(ToNextDeadline(-1)),
             Read { req: 1 },
@@ -2270,8 +2725,13 @@ fn a_hand_written_scenario() {
             Approve {
                 req: 1,
                 rationale: None,
+                by: Alice,
             },
-            Revoke { req: 1, reason: 1 },
+            Revoke {
+                req: 1,
+                reason: 1,
+                by: Opener,
+            },
             Advance(Secs(61)),
             Sweep,
             Authorize {
@@ -2279,6 +2739,7 @@ fn a_hand_written_scenario() {
                 ticket: OwnTicket,
                 action: SameAction,
                 attempt: Some(1),
+                by: Opener,
             },
         ],
     };
@@ -2293,6 +2754,7 @@ fn a_hand_written_scenario() {
 #[test]
 fn regressions() {
     let three = |tool| Spec {
+        owner: AcmeOne,
         thread: 0,
         tool,
         amount: 1,
@@ -2308,11 +2770,13 @@ fn regressions() {
                 Interrupt {
                     req: 3,
                     change: Same,
+                    by: None,
                 },
                 Advance(Secs(61)),
                 Interrupt {
                     req: 3,
                     change: Same,
+                    by: None,
                 },
             ],
         },
@@ -2323,11 +2787,13 @@ fn regressions() {
                 Interrupt {
                     req: 1,
                     change: OtherThread,
+                    by: None,
                 },
                 Advance(Secs(61)),
                 Interrupt {
                     req: 1,
                     change: Same,
+                    by: None,
                 },
             ],
         },
@@ -2346,10 +2812,12 @@ fn regressions() {
                 Interrupt {
                     req: 4,
                     change: OtherTtl(None),
+                    by: None,
                 },
                 Interrupt {
                     req: 1,
                     change: Same,
+                    by: None,
                 },
             ],
         },
@@ -2368,16 +2836,19 @@ fn regressions() {
                 Interrupt {
                     req: 4,
                     change: OtherTtl(None),
+                    by: None,
                 },
                 Approve {
                     req: 4,
                     rationale: None,
+                    by: Alice,
                 },
                 Edit {
                     req: 1,
                     tool: SendEmail,
                     amount: 1,
                     rationale: None,
+                    by: Alice,
                 },
             ],
         },
@@ -2389,15 +2860,170 @@ fn regressions() {
                 Interrupt {
                     req: 2,
                     change: NameAccount,
+                    by: None,
                 },
                 Interrupt {
                     req: 2,
                     change: Same,
+                    by: None,
                 },
             ],
         },
     ];
     for sc in cases {
         run_scenario(&sc).unwrap_or_else(|e| panic!("{e}\n{}", sc.to_rust()));
+    }
+}
+
+/// The tenant rules step by step (protocol 11.5), each answer named: the model's predictions
+/// for these steps are pinned here, and the ledger must agree with them (and hold nothing
+/// more: no timeout of an overdue request is written for a caller that does not reach it).
+#[test]
+fn tenants_hand_written() {
+    let base = |owner, thread, tool| Spec {
+        owner,
+        thread,
+        tool,
+        amount: 1,
+        redact_amount: false,
+        allowed: None,
+        review_ttl: None,
+    };
+    let auth = |req, by| Authorize {
+        req,
+        ticket: OwnTicket,
+        action: SameAction,
+        attempt: None,
+        by,
+    };
+    let follow = |req, id, by| FollowUp {
+        req,
+        id,
+        outcome: 1,
+        follows: OwnLeaf(0),
+        by,
+    };
+    let interrupt = |req, by| Interrupt {
+        req,
+        change: Same,
+        by,
+    };
+    let sc = Scenario {
+        bases: vec![
+            base(AcmeOne, 0, Refund),
+            base(Solo, 1, WireTransfer),
+            base(Solo, 0, Refund),
+        ],
+        batch: 1,
+        steps: vec![
+            interrupt(0, None),
+            interrupt(1, None),
+            // t0 is acme's: bot-b may not open a request in it, an agent of acme may.
+            interrupt(2, None),
+            interrupt(2, Some(AcmeSelf)),
+            // r0 is acme's: its id is taken for bot-b, a replay for another agent of acme.
+            interrupt(0, Some(Solo)),
+            interrupt(0, Some(AcmeTwo)),
+            Approve {
+                req: 1,
+                rationale: None,
+                by: ScopedAcme,
+            },
+            Approve {
+                req: 1,
+                rationale: None,
+                by: Alice,
+            },
+            auth(1, As(AcmeOne)),
+            auth(1, Opener),
+            Revoke {
+                req: 1,
+                reason: 1,
+                by: As(AcmeTwo),
+            },
+            follow(1, 0, As(AcmeOne)),
+            follow(1, 0, Opener),
+            // The scoped reviewer reaches acme; the edit's new request (r3) is acme's.
+            Edit {
+                req: 0,
+                tool: Refund,
+                amount: 2,
+                rationale: None,
+                by: ScopedAcme,
+            },
+            auth(3, As(AcmeTwo)),
+            auth(3, As(Solo)),
+            FollowUp {
+                req: 3,
+                id: 1,
+                outcome: 1,
+                follows: NoSuchLeaf,
+                by: As(Solo),
+            },
+            Revoke {
+                req: 3,
+                reason: 1,
+                by: As(AcmeSelf),
+            },
+            // r2 (acme's) is overdue: bot-b's operations on it write nothing, its timeout
+            // included; the admin's decision records the timeout, then conflicts.
+            Advance(Secs(61)),
+            auth(2, As(Solo)),
+            Revoke {
+                req: 2,
+                reason: 1,
+                by: As(Solo),
+            },
+            follow(2, 0, As(Solo)),
+            interrupt(2, Some(Solo)),
+            Approve {
+                req: 2,
+                rationale: None,
+                by: Root,
+            },
+            // The admin revokes bot-b's approved request.
+            Revoke {
+                req: 1,
+                reason: 2,
+                by: Admin,
+            },
+            Sweep,
+        ],
+    };
+    let want = [
+        "interrupt",
+        "interrupt",
+        "error identifier_in_use (other tenant)",
+        "interrupt",
+        "error identifier_in_use (other tenant)",
+        "interrupt (duplicate)",
+        "error request_not_found (other tenant)",
+        "decision",
+        "error request_not_found (other tenant)",
+        "authorize grant (enforce)",
+        "error request_not_found (other tenant)",
+        "error request_not_found (other tenant)",
+        "follow_up",
+        "decision",
+        "authorize grant (enforce)",
+        "error request_not_found (other tenant)",
+        "error request_not_found (other tenant)",
+        "revocation",
+        "nothing",
+        "error request_not_found (other tenant)",
+        "error request_not_found (other tenant)",
+        "error request_not_found (other tenant)",
+        "error identifier_in_use (other tenant)",
+        "error conflict",
+        "revocation",
+        "sweep 0",
+    ];
+    for batch in [1, 16] {
+        let sc = Scenario {
+            batch,
+            ..sc.clone()
+        };
+        let got = run_labelled(&sc).unwrap_or_else(|e| panic!("{e}\n{}", sc.to_rust()));
+        assert_eq!(got, want, "batch {batch}");
     }
 }
