@@ -6,6 +6,7 @@ mod http;
 mod raw;
 mod util;
 
+mod attack;
 mod budget;
 mod cli;
 mod crash;

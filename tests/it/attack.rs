@@ -1,0 +1,318 @@
+//! Issue 19, "Beyond the list": the review run again as an attacker holding an agent token of
+//! another tenant (and as a token scoped to one tenant), against the real server. Each test
+//! names what it attacks; the first states a finding (it fails until the contract or the code
+//! settles it), the others pin down what the review checked and found closed.
+
+use std::time::{Duration, Instant};
+
+use hitl_ledger::server::tokens::{Role, add_token};
+use serde_json::{Value, json};
+
+use crate::http::*;
+use crate::server::TestServer;
+
+/// Adds a token to the running server's tokens file and waits until the server knows it.
+fn live_token(s: &TestServer, principal: &str, role: Role, tenants: &[&str]) -> String {
+    let tenants: Vec<String> = tenants.iter().map(|t| t.to_string()).collect();
+    let token = add_token(&s.dir.path().join("tokens.json"), principal, role, &tenants).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(s.addr, "/v1/checkpoint", &token).status == 401 {
+        assert!(
+            Instant::now() < deadline,
+            "the server never loaded the token"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    token
+}
+
+fn interrupt(rid: &str, thread: &str, args: Value) -> Value {
+    json!({"request_id": rid, "thread_id": thread, "interrupt_id": "i",
+           "action": {"tool": "refund", "args": args}})
+}
+
+fn thread_records(s: &TestServer, tid: &str, token: &str) -> Vec<Value> {
+    let r = get(s.addr, &format!("/v1/threads/{tid}/records"), token);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["records"].as_array().unwrap().clone()
+}
+
+/// The ids of the records a stream sends before it goes quiet, and its text.
+fn stream(s: &TestServer, token: &str) -> (Vec<u64>, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    write!(
+        c,
+        "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let ids = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    (ids, text)
+}
+
+/// Finding: a token scoped to `acme` reads, in acme's thread, the records of a request that
+/// belongs to another tenant. An admin may add a request to acme's thread, and that request
+/// belongs to the admin's own tenant (protocol 11.5, "Writes"): `GET /v1/requests/{id}` of it is
+/// 404 for the acme-scoped auditor, acme's agent stream does not carry it, yet
+/// `GET /v1/threads/{id}/records` (and the export) hands the acme-scoped auditor its interrupt,
+/// arguments included. Section 11.5 says a scoped token "reads only what belongs to the tenants
+/// it reaches". The same holds for threads of a ledger written before tenants, where two
+/// principals' requests share a thread. (Either the request should belong to the thread's
+/// tenant, or the contract should say a thread read shows every request in the thread.)
+#[test]
+fn a_scoped_thread_read_holds_no_record_of_another_tenants_request() {
+    let s = TestServer::start();
+    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    let acme_auditor = live_token(&s, "dave", Role::Auditor, &["acme"]);
+    let admin = s.tokens["admin"].clone();
+    let r = post(
+        s.addr,
+        "/v1/interrupts",
+        &acme,
+        &interrupt("ra", "ta", json!({"amount_cents": 5})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = post(
+        s.addr,
+        "/v1/interrupts",
+        &admin,
+        &interrupt("rx", "ta", json!({"note": "operator-only"})),
+    );
+    assert_eq!(
+        r.status,
+        201,
+        "an admin reaches acme's thread: {}",
+        r.text()
+    );
+    // Not acme's: the scoped auditor may not read the request, and acme's agent never sees it.
+    let r = get(s.addr, "/v1/requests/rx", &acme_auditor);
+    assert_eq!((r.status, r.code()), (404, "request_not_found".to_string()));
+    let (acme_ids, acme_text) = stream(&s, &acme);
+    assert!(!acme_ids.is_empty());
+    assert!(!acme_text.contains("operator-only"), "{acme_text}");
+    // Yet the thread read shows it to the acme-scoped auditor.
+    let records = thread_records(&s, "ta", &acme_auditor);
+    let foreign: Vec<&Value> = records.iter().filter(|r| r["request_id"] == "rx").collect();
+    assert!(
+        foreign.is_empty(),
+        "an acme-scoped auditor read a record of a request that is not acme's: {foreign:?}"
+    );
+}
+
+/// Checked, closed: every write route of an agent of another tenant on acme's request, thread,
+/// and ids. Each answer is the one an unknown request or an unused id gets, names only what
+/// the caller sent (no seq, no state, no owner), and nothing is written into acme's thread,
+/// acme's request or acme's stream: not a duplicate answer for a byte-identical interrupt, not
+/// a refusal of a `DELETE` naming acme's thread, not a due timeout.
+#[test]
+fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
+    let s = TestServer::start();
+    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    let globex = live_token(&s, "globex-bot", Role::Agent, &[]);
+    let auditor = s.tokens["auditor"].clone();
+    let reviewer = s.tokens["reviewer"].clone();
+    let body = interrupt("ra", "ta", json!({"amount_cents": 5}));
+    assert_eq!(post(s.addr, "/v1/interrupts", &acme, &body).status, 201);
+    let d = post(
+        s.addr,
+        "/v1/requests/ra/decision",
+        &reviewer,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(d.status, 201);
+    let ticket = d.json()["ticket_id"].as_str().unwrap().to_string();
+    let leaf_hash = d.json()["leaf_hash"].as_str().unwrap().to_string();
+    let before = thread_records(&s, "ta", &auditor).len();
+    let (acme_before, _) = stream(&s, &acme);
+    let size_before = s.size();
+
+    // The very interrupt acme sent: not a duplicate of acme's record, an id in use.
+    let r = post(s.addr, "/v1/interrupts", &globex, &body);
+    assert_eq!((r.status, r.code()), (409, "identifier_in_use".to_string()));
+    let j = r.json();
+    assert_eq!(
+        j.as_object().unwrap().len(),
+        2,
+        "only error and message: {j}"
+    );
+    let msg = j["message"].as_str().unwrap();
+    for leaked in ["acme", "seq", "ta", &ticket[..8]] {
+        assert!(!msg.contains(leaked), "the message names {leaked:?}: {msg}");
+    }
+    // A new request in acme's thread.
+    let r = post(
+        s.addr,
+        "/v1/interrupts",
+        &globex,
+        &interrupt("rg-new", "ta", json!({"amount_cents": 5})),
+    );
+    assert_eq!((r.status, r.code()), (409, "identifier_in_use".to_string()));
+    assert!(!r.json()["message"].as_str().unwrap().contains("acme"));
+
+    // Acme's request, and an id no one used: the same answers, word for word but the id.
+    let action = json!({"tool": "refund", "args": {"amount_cents": 5}});
+    let cases = [
+        ("authorize", json!({"ticket_id": ticket, "action": action})),
+        ("revoke", json!({"reason": "support ticket 7"})),
+        (
+            "follow-ups",
+            json!({"follow_up_id": "f", "follows": leaf_hash, "outcome": "done"}),
+        ),
+    ];
+    for (route, b) in &cases {
+        let theirs = post(s.addr, &format!("/v1/requests/ra/{route}"), &globex, b);
+        let nobodys = post(s.addr, &format!("/v1/requests/zz/{route}"), &globex, b);
+        assert_eq!(
+            (theirs.status, theirs.code()),
+            (404, "request_not_found".into())
+        );
+        assert_eq!(
+            (nobodys.status, nobodys.code()),
+            (404, "request_not_found".into())
+        );
+        assert_eq!(
+            theirs.json()["message"]
+                .as_str()
+                .unwrap()
+                .replace("\"ra\"", "ID"),
+            nobodys.json()["message"]
+                .as_str()
+                .unwrap()
+                .replace("\"zz\"", "ID"),
+            "{route}"
+        );
+    }
+    // Refused writes naming acme's request and thread.
+    for path in [
+        "/v1/requests/ra",
+        "/v1/threads/ta",
+        "/v1/threads/ta/records",
+    ] {
+        let r = send(s.addr, "DELETE", path, Some(&globex), None, b"").unwrap();
+        assert_eq!(
+            (r.status, r.code()),
+            (405, "append_only".to_string()),
+            "{path}"
+        );
+    }
+    // Reads an agent may not use at all: the role answers, before any id is looked at.
+    for path in [
+        "/v1/requests/ra",
+        "/v1/pending",
+        "/v1/threads/ta/records",
+        "/metrics",
+    ] {
+        let r = get(s.addr, path, &globex);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "forbidden".to_string()),
+            "{path}"
+        );
+    }
+
+    // Nothing of it in acme's thread or stream; the three refusals went to the reserved thread.
+    assert_eq!(thread_records(&s, "ta", &auditor).len(), before);
+    let (acme_after, _) = stream(&s, &acme);
+    assert_eq!(
+        acme_after, acme_before,
+        "acme's stream carries nothing of globex's"
+    );
+    assert_eq!(
+        s.size(),
+        size_before + 3,
+        "only the three refusals were written"
+    );
+    let refusals = thread_records(&s, "hitl-ledger%2Frefusals", &auditor);
+    assert_eq!(refusals.len(), 3);
+    assert!(refusals.iter().all(|r| r["request_id"].is_null()));
+    // And globex's own stream shows none of acme's records, nor its own refusals.
+    let (globex_ids, globex_text) = stream(&s, &globex);
+    assert!(globex_ids.is_empty(), "{globex_text}");
+}
+
+/// Checked, closed: a token whose scope changes from one tenant to another keeps no open
+/// stream of the first (the entry changed, so the stream ends), and the reconnection sees
+/// only the new tenant's records.
+#[test]
+fn a_stream_ends_when_its_tokens_tenant_changes() {
+    use std::io::{Read, Write};
+    let s = TestServer::start();
+    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    assert_eq!(
+        post(
+            s.addr,
+            "/v1/interrupts",
+            &acme,
+            &interrupt("ra", "ta", json!({"amount_cents": 5}))
+        )
+        .status,
+        201
+    );
+    let tpath = s.dir.path().join("tokens.json");
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        c,
+        "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {acme}\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 8192];
+    while !String::from_utf8_lossy(&text).contains("id: 0") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        text.extend_from_slice(&buf[..n]);
+    }
+    // The same token moved to tenant globex.
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&tpath).unwrap()).unwrap();
+    for e in file["tokens"].as_array_mut().unwrap() {
+        if e["principal"] == "acme-refunds" {
+            e["tenant"] = json!("globex");
+        }
+    }
+    crate::server::replace_tokens_file(&tpath, &file.to_string());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the stream outlived the change of its tenant"
+        );
+        let t = String::from_utf8_lossy(&text).into_owned();
+        if t.contains(": the token is no longer valid") {
+            break;
+        }
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+    // Reconnected, it is globex's now: acme's interrupt is not in its stream.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (ids, _) = stream(&s, &acme);
+        if ids.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the moved token still reads acme's records"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
