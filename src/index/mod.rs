@@ -129,9 +129,7 @@ pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<
 /// A storage error or a tenant that is not UTF-8.
 pub fn thread_tenant<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<String>> {
     view.lookup(Cf::ThreadHeads, &thread_tenant_key(thread))?
-        .map(|b| {
-            String::from_utf8(b).map_err(|_| Error::corrupt("a thread's tenant is not UTF-8"))
-        })
+        .map(|b| String::from_utf8(b).map_err(|_| Error::corrupt("a thread's tenant is not UTF-8")))
         .transpose()
 }
 
@@ -193,7 +191,11 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
     let Some(rid) = r.request_id.as_deref() else {
         // A refusal naming no request: its thread's tenant's (none in the reserved thread).
         if let Some(tenant) = thread_tenant(view, &r.thread_id)? {
-            view.put(Cf::RequestRecords, tenant_record_key(&tenant, seq), Vec::new());
+            view.put(
+                Cf::RequestRecords,
+                tenant_record_key(&tenant, seq),
+                Vec::new(),
+            );
         }
         return Ok(());
     };
@@ -213,6 +215,10 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
                     )
                 })?
                 .tenant;
+        } else if let Some(owner) = thread_tenant(view, &r.thread_id)? {
+            // A request added to an existing thread (only a caller reaching its tenant may)
+            // is the thread's tenant's: a thread never mixes tenants.
+            st.tenant = owner;
         }
         view.put(
             Cf::RequestRecords,

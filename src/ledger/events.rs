@@ -13,7 +13,6 @@ use crate::storage::{Keyspace, Read};
 /// The most records one [`EventFeed::next`] reads.
 pub const MAX_BATCH: usize = 512;
 
-
 /// Who a stream is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Audience {

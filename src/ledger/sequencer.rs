@@ -259,6 +259,12 @@ impl Ledger {
                 | StorageError::Incompatible(_)
                 | StorageError::Busy(_)),
             ) => Err(BatchError::Failed(e.into())),
+            // Unknown to this batch's callers, but not to the engine's next write transaction,
+            // which reads what was committed: answer 500, stay writable.
+            Err(e @ StorageError::Unresolved(_)) => {
+                tracing::error!(error = %e, "a commit's outcome is unknown; its callers are told so");
+                Err(BatchError::Failed(e.into()))
+            }
             Err(e) => {
                 // The batch may or may not be durable (a failed sync can leave it on disk):
                 // accept nothing more until the store is reopened and its head checked.

@@ -163,6 +163,12 @@ pub enum StorageError {
     /// The engine cannot be reached (a database server that is down or restarting): nothing
     /// happened; a later call may succeed without any restart.
     Unavailable(String),
+    /// A commit whose outcome is unknown to the caller, on an engine that needs no restart to
+    /// learn it: its next write transaction reads the committed state afresh, after the
+    /// transaction that may have committed has ended (PostgreSQL: the head row's lock). The
+    /// batch's callers are told the outcome is unknown (they retry the same body); the ledger
+    /// stays writable.
+    Unresolved(String),
     /// The engine is held by another process.
     Busy(String),
     /// The engine holds another ledger (origin, verifier key) or another policy.
@@ -191,6 +197,9 @@ impl fmt::Display for StorageError {
             ),
             StorageError::Retry(m) => write!(f, "the commit must be re-run: {m}"),
             StorageError::Unavailable(m) => f.write_str(m),
+            StorageError::Unresolved(m) => {
+                write!(f, "the outcome of the commit is unknown: {m}")
+            }
             StorageError::Busy(m) => f.write_str(m),
             StorageError::Incompatible(m) => f.write_str(m),
         }
@@ -209,7 +218,9 @@ impl From<StorageError> for crate::error::Error {
             StorageError::Unavailable(_) => (ErrorCode::Overloaded, StorageKind::Unavailable),
             StorageError::Busy(_) => (ErrorCode::DataDir, StorageKind::Busy),
             StorageError::Incompatible(_) => (ErrorCode::DataDir, StorageKind::Incompatible),
-            StorageError::Engine { .. } => (ErrorCode::Storage, StorageKind::Engine),
+            StorageError::Engine { .. } | StorageError::Unresolved(_) => {
+                (ErrorCode::Storage, StorageKind::Engine)
+            }
             StorageError::Retry(_) => (ErrorCode::Storage, StorageKind::Retry),
         };
         Error::storage_failure(code, kind, e.to_string())

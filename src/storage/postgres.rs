@@ -15,7 +15,9 @@
 //!   commit is settled (a commit still waiting, for a synchronous standby say, would otherwise
 //!   be read as absent and become visible afterwards); then the commit's first new record or
 //!   checkpoint is read back: there, the commit happened; absent, it did not (Retry). When
-//!   that cannot be learned within [`RESOLVE_FOR`], the outcome is unknown (an engine error).
+//!   that cannot be learned within [`RESOLVE_FOR`] (or a database that cannot be reached for
+//!   two seconds), the callers are told the outcome is unknown ([`StorageError::Unresolved`]):
+//!   the server stays writable, since its next write transaction waits for the old one.
 //! - **The database's clock** (`clock_timestamp()`) is the batch time, so servers with skewed
 //!   clocks agree on every deadline.
 //! - A database that cannot be reached answers [`StorageError::Unavailable`]: nothing
@@ -42,6 +44,10 @@ const PAGE: i64 = 512;
 /// How long a commit whose connection was lost keeps trying to learn whether it happened
 /// (ending the old connection's server process, then reading back).
 pub const RESOLVE_FOR: Duration = Duration::from_secs(30);
+
+/// How long a commit's resolution tries to reach a database that does not answer before it
+/// tells the batch's callers that the outcome is unknown.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(2);
 
 /// The server process behind a connection, as `pg_stat_activity` lists it: its pid and its
 /// start (microseconds since the epoch), so that a pid the server reused later is not taken
@@ -336,7 +342,8 @@ impl PgEngine {
     /// PostgreSQL has already committed it locally; one not yet written is rolled back) and
     /// awaited until `pg_stat_activity` no longer lists it; only then is the commit's first
     /// new record (or checkpoint) read back: stored with exactly its bytes means committed.
-    /// Tries for [`RESOLVE_FOR`], then answers an engine error: the outcome is unknown.
+    /// Tries for [`RESOLVE_FOR`] (two seconds while the database cannot be reached), then
+    /// answers [`StorageError::Unresolved`]: the outcome is unknown to the batch's callers.
     fn resolve(&self, backend: Backend, changes: &Changes) -> Result<bool, StorageError> {
         let Some((ks, key, value)) = changes
             .iter()
@@ -348,23 +355,29 @@ impl PgEngine {
             ));
         };
         let deadline = Instant::now() + RESOLVE_FOR;
+        // A database that cannot be reached is not waited for: the batch's callers are told the
+        // outcome is unknown at once (they retry the same body), and the next write
+        // transaction, which needs the database too, takes the head row only once the old
+        // transaction has ended, so it reads whatever that transaction did.
+        let unreachable_by = Instant::now() + UNREACHABLE_FOR;
         loop {
-            let why = match self.settle_and_read(backend, ks, key, deadline) {
+            let (why, unreachable) = match self.settle_and_read(backend, ks, key, deadline) {
                 Ok(Some(found)) => return Ok(found.as_deref() == value),
-                Ok(None) => format!(
-                    "the old connection's server process (pid {}) did not end",
-                    backend.pid
-                ),
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() >= deadline {
-                return Err(StorageError::engine(
-                    "commit",
+                Ok(None) => (
                     format!(
-                        "the connection was lost during COMMIT and whether it happened could not be learned within {} s: {why}",
-                        RESOLVE_FOR.as_secs()
+                        "the old connection's server process (pid {}) did not end",
+                        backend.pid
                     ),
-                ));
+                    false,
+                ),
+                Err(e @ StorageError::Unavailable(_)) => (e.to_string(), true),
+                Err(e) => (e.to_string(), false),
+            };
+            let now = Instant::now();
+            if now >= deadline || (unreachable && now >= unreachable_by) {
+                return Err(StorageError::Unresolved(format!(
+                    "the connection was lost during COMMIT and whether it happened could not be learned: {why}"
+                )));
             }
             std::thread::sleep(Duration::from_millis(250));
         }

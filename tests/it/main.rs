@@ -26,6 +26,6 @@ mod rules;
 mod schemas;
 mod server;
 mod storage;
-mod tenants;
 mod tamper;
+mod tenants;
 mod verify_diff;

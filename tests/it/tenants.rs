@@ -56,7 +56,11 @@ fn another_tenants_agent_cannot_act_on_a_request_and_writes_nothing() {
     let n = f.size();
     let e = f
         .l()
-        .authorize("r", authorize_req(&ticket, refund(10), Some("a1")), &globex())
+        .authorize(
+            "r",
+            authorize_req(&ticket, refund(10), Some("a1")),
+            &globex(),
+        )
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::RequestNotFound);
     let e = f.l().revoke("r", revoke_req(), &globex()).unwrap_err();
@@ -78,7 +82,11 @@ fn another_tenants_agent_cannot_act_on_a_request_and_writes_nothing() {
     // same tenant may revoke (a support system cancelling after a complaint).
     let g = f
         .l()
-        .authorize("r", authorize_req(&ticket, refund(10), Some("a1")), &acme_2())
+        .authorize(
+            "r",
+            authorize_req(&ticket, refund(10), Some("a1")),
+            &acme_2(),
+        )
         .unwrap();
     assert!(grant_of(&g).granted);
     f.l().revoke("r", revoke_req(), &acme_2()).unwrap();
@@ -94,7 +102,11 @@ fn a_foreign_agent_writes_no_due_timeout() {
     let n = f.size();
     let e = f.l().revoke("r", revoke_req(), &globex()).unwrap_err();
     assert_eq!(e.code(), ErrorCode::RequestNotFound);
-    assert_eq!(f.size(), n, "not even the due timeout is written for a foreign caller");
+    assert_eq!(
+        f.size(),
+        n,
+        "not even the due timeout is written for a foreign caller"
+    );
     // The owner's call records it.
     let e = f.l().revoke("r", revoke_req(), &acme_1()).unwrap_err();
     assert_eq!(e.code(), ErrorCode::Conflict);
@@ -156,12 +168,17 @@ fn the_recorded_actor_names_a_tenant_only_when_it_is_not_the_principal() {
         ),
         "{text_a}"
     );
-    assert!(String::from_utf8(leaf_b.clone()).unwrap().starts_with(
-        r#"{"actor":{"principal":"globex","role":"agent"},"#
-    ));
+    assert!(
+        String::from_utf8(leaf_b.clone())
+            .unwrap()
+            .starts_with(r#"{"actor":{"principal":"globex","role":"agent"},"#)
+    );
     assert_eq!(Record::read(&leaf_a).unwrap().actor.tenant_name(), "acme");
     assert_eq!(f.l().request_tenant("r").unwrap().as_deref(), Some("acme"));
-    assert_eq!(f.l().request_tenant("g").unwrap().as_deref(), Some("globex"));
+    assert_eq!(
+        f.l().request_tenant("g").unwrap().as_deref(),
+        Some("globex")
+    );
     assert_eq!(f.l().thread_tenant("t").unwrap().as_deref(), Some("acme"));
     assert_eq!(f.l().thread_tenant("nope").unwrap(), None);
     let (code, report) = cli_verify_fixture(&f);
@@ -275,14 +292,21 @@ fn a_tenants_stream_holds_its_records_only_and_does_not_scan_the_others() {
         .unwrap();
     f.approve("r");
     let (acme, reads) = drain(&f, Audience::Tenants(vec!["acme".into()]));
-    assert_eq!(acme, vec![a.seq, a.seq + 1], "acme's interrupt and its approval only");
-    assert_eq!(reads, 1, "the tenant index found them without scanning globex's records");
-    let (both, _) = drain(
-        &f,
-        Audience::Tenants(vec!["globex".into(), "acme".into()]),
+    assert_eq!(
+        acme,
+        vec![a.seq, a.seq + 1],
+        "acme's interrupt and its approval only"
     );
+    assert_eq!(
+        reads, 1,
+        "the tenant index found them without scanning globex's records"
+    );
+    let (both, _) = drain(&f, Audience::Tenants(vec!["globex".into(), "acme".into()]));
     let (all, _) = drain(&f, Audience::Everything);
-    assert_eq!(both, all, "two tenants' merged streams are every record, in order, once");
+    assert_eq!(
+        both, all,
+        "two tenants' merged streams are every record, in order, once"
+    );
     let (g, _) = drain(&f, Audience::Tenants(vec!["globex".into()]));
     assert_eq!(g.len(), 2 * MAX_BATCH + 10);
     assert!(!g.contains(&a.seq));
@@ -301,7 +325,10 @@ fn add_live_token(s: &TestServer, principal: &str, role: Role, tenants: &[&str])
     let token = add_token(&s.dir.path().join("tokens.json"), principal, role, &tenants).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while get(s.addr, "/v1/checkpoint", &token).status == 401 {
-        assert!(Instant::now() < deadline, "the server never loaded the token");
+        assert!(
+            Instant::now() < deadline,
+            "the server never loaded the token"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     token
@@ -319,8 +346,14 @@ fn two_tenants_on_one_server_see_nothing_of_each_other() {
         json!({"request_id": rid, "thread_id": thread, "interrupt_id": "i",
                "action": {"tool": "refund", "args": {"amount_cents": 5}}})
     };
-    assert_eq!(post(s.addr, "/v1/interrupts", &acme, &body("ra", "ta")).status, 201);
-    assert_eq!(post(s.addr, "/v1/interrupts", &globex, &body("rg", "tg")).status, 201);
+    assert_eq!(
+        post(s.addr, "/v1/interrupts", &acme, &body("ra", "ta")).status,
+        201
+    );
+    assert_eq!(
+        post(s.addr, "/v1/interrupts", &globex, &body("rg", "tg")).status,
+        201
+    );
     let r = post(s.addr, "/v1/interrupts", &globex, &body("ra", "ta"));
     assert_eq!((r.status, r.code()), (409, "identifier_in_use".to_string()));
     let d = post(
@@ -349,16 +382,31 @@ fn two_tenants_on_one_server_see_nothing_of_each_other() {
         ),
     ] {
         let r = post(s.addr, path, &globex, &b);
-        assert_eq!((r.status, r.code()), (404, "request_not_found".to_string()), "{path}");
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "request_not_found".to_string()),
+            "{path}"
+        );
     }
     // A refused DELETE naming acme's request goes to the reserved refusals thread.
-    let del = send(s.addr, "DELETE", "/v1/requests/ra", Some(&globex), None, b"").unwrap();
+    let del = send(
+        s.addr,
+        "DELETE",
+        "/v1/requests/ra",
+        Some(&globex),
+        None,
+        b"",
+    )
+    .unwrap();
     assert_eq!(del.status, 405);
     let after = get(s.addr, "/v1/threads/ta/records", &s.tokens["auditor"]).json()["records"]
         .as_array()
         .unwrap()
         .len();
-    assert_eq!(after, before, "nothing of globex's attempts is in acme's thread");
+    assert_eq!(
+        after, before,
+        "nothing of globex's attempts is in acme's thread"
+    );
     // A reviewer scoped to acme: its pending list, its requests, its threads only.
     let p = get(s.addr, "/v1/pending", &acme_reviewer).json();
     assert!(p["pending"].as_array().unwrap().is_empty(), "{p}");
@@ -377,11 +425,19 @@ fn two_tenants_on_one_server_see_nothing_of_each_other() {
     assert_eq!((r.status, r.code()), (404, "request_not_found".to_string()));
     let t = get(s.addr, "/v1/threads/tg/records", &acme_auditor).json();
     assert!(t["records"].as_array().unwrap().is_empty(), "{t}");
-    let t = get(s.addr, "/v1/threads/hitl-ledger%2Frefusals/records", &acme_auditor).json();
+    let t = get(
+        s.addr,
+        "/v1/threads/hitl-ledger%2Frefusals/records",
+        &acme_auditor,
+    )
+    .json();
     assert!(t["records"].as_array().unwrap().is_empty(), "{t}");
     let x = get(s.addr, "/v1/threads/tg/export", &acme_auditor);
     assert_eq!((x.status, x.code()), (404, "thread_not_found".to_string()));
-    assert_eq!(get(s.addr, "/v1/threads/ta/export", &acme_auditor).status, 200);
+    assert_eq!(
+        get(s.addr, "/v1/threads/ta/export", &acme_auditor).status,
+        200
+    );
     // The streams: acme's agent and its reviewer get acme's records; globex's gets its own.
     let acme_seqs = stream_seqs(&s, &acme);
     let globex_seqs = stream_seqs(&s, &globex);
@@ -390,14 +446,18 @@ fn two_tenants_on_one_server_see_nothing_of_each_other() {
     assert_eq!(acme_seqs, scoped_seqs);
     assert!(!acme_seqs.is_empty() && !globex_seqs.is_empty());
     assert!(acme_seqs.iter().all(|q| !globex_seqs.contains(q)));
-    assert!(all.len() > acme_seqs.len() + globex_seqs.len(), "the refusal is in neither");
+    assert!(
+        all.len() > acme_seqs.len() + globex_seqs.len(),
+        "the refusal is in neither"
+    );
 }
 
 /// The seqs a stream sends before it goes quiet.
 fn stream_seqs(s: &TestServer, token: &str) -> Vec<u64> {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(s.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
     write!(
         c,
         "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
