@@ -31,10 +31,11 @@ rm -rf "$BENCH_OUT"
 # The integration tests again, every ledger on PostgreSQL (a database per ledger). What does
 # not depend on the engine (the model, the fuzzers, the crash loop of the RocksDB binary, the
 # RocksDB fault shims, the layering walk, the differential verify suite over copied RocksDB
-# directories) and what already used PostgreSQL ran above.
+# directories, the cut-COMMIT tests with their own cluster) and what already used PostgreSQL
+# ran above.
 HITL_TEST_DATABASE_URL="$PG_URL" cargo test --test it -- \
   --skip multi:: --skip storage:: --skip model:: --skip fuzz:: --skip crash:: --skip faults:: \
-  --skip layering:: --skip verify_diff::
+  --skip layering:: --skip verify_diff:: --skip pg_commit::
 
 # Coverage-guided fuzzing, short mode (docs/testing.md): fuzz/'s own tests (seeds, dependency
 # drift), then each AFL++ target 25 s, two at a time; fails on any crash.
