@@ -58,6 +58,13 @@ pub fn busy_thread(i: u64) -> String {
     format!("thread-{:04}", i % 1000)
 }
 
+/// One of the thousand threads the HTTP load appends to. Not the busy threads: those were
+/// opened by the local command line (its own tenant, protocol 11.5), and an agent token adds
+/// requests only to its own tenant's threads.
+pub fn http_thread(i: u64) -> String {
+    format!("thread-http-{:04}", i % 1000)
+}
+
 /// The action of request `i`: a refund with the fields a real host sends.
 pub fn action_json(i: u64) -> String {
     format!(

@@ -277,7 +277,7 @@ fn short(status: u16, body: &[u8]) -> String {
 /// The next interrupt body: a new request id from the run's counter, in a busy thread.
 fn next_interrupt(counter: &AtomicU64) -> (u64, String) {
     let i = counter.fetch_add(1, Ordering::Relaxed);
-    (i, data::interrupt_body(i, &data::busy_thread(i)))
+    (i, data::interrupt_body(i, &data::http_thread(i)))
 }
 
 struct WorkerOut {
