@@ -116,15 +116,15 @@ pub fn seq_of_hash<L: Lookup + ?Sized>(l: &L, hash: &Hash) -> Result<Option<u64>
 }
 
 /// The requests whose review deadline is at or before `now` µs and are still open (the
-/// deadlines index holds only open requests), in deadline order.
+/// deadlines index holds only open requests), in deadline order; the first `limit` of them.
 ///
 /// # Errors
 /// A storage error; `corrupt_store` for a malformed key.
-pub fn due_requests(r: &dyn Read, now: i64) -> Result<Vec<String>> {
+pub fn due_requests(r: &dyn Read, now: i64, limit: usize) -> Result<Vec<String>> {
     // Every deadline at or before now is due (half-open: at expires_at it has passed).
     let end = deadline_key(now.saturating_add(1), "");
     let mut due = Vec::new();
-    for item in r.scan(Keyspace::Deadlines, &[]) {
+    for item in r.scan(Keyspace::Deadlines, &[]).take(limit) {
         let (k, _) = item?;
         if k.as_slice() >= end.as_slice() {
             break;

@@ -48,6 +48,10 @@ pub(super) fn idem_conflict(msg: impl Into<String>) -> Error {
     Error::new(ErrorCode::IdempotencyConflict, msg)
 }
 
+/// The most timeouts one sweep records (one batch); [`crate::ledger::Ledger::sweep`] runs
+/// sweeps until none is due.
+pub const MAX_SWEEP: usize = 1024;
+
 /// A JSON object from `json!({...})`.
 pub(super) fn obj(v: Value) -> Map<String, Value> {
     match v {
@@ -139,7 +143,10 @@ impl Batch<'_, '_, '_> {
     }
 
     fn sweep(&mut self) -> Result<Vec<Appended>> {
-        let due = index::due_requests(self.view.base(), self.ts.micros())?;
+        // One batch records at most MAX_SWEEP timeouts: a backlog of due requests (one
+        // tenant's thousands of short review windows) never makes one unbounded write that
+        // every other caller's batch waits behind; the next sweep takes the rest.
+        let due = index::due_requests(self.view.base(), self.ts.micros(), MAX_SWEEP)?;
         let mut out = Vec::new();
         for rid in due {
             let sp = self.view.savepoint();

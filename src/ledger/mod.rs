@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use datadir::{EngineConfig, files};
-pub use gate::not_found as request_not_found;
+pub use gate::{MAX_SWEEP, not_found as request_not_found};
 pub use op::{Appended, Extra, Grant, Op, Outcome, Refusal, ThreadPage};
 
 use crate::clock::{Clock, SystemClock, Timestamp};

@@ -359,14 +359,24 @@ impl Ledger {
         self.one(Op::FollowUp(request_id.into(), req), actor)
     }
 
-    /// Records every timeout that is due; returns them.
+    /// Records every timeout that is due, in batches of at most
+    /// [`MAX_SWEEP`](super::MAX_SWEEP); returns them.
     ///
     /// # Errors
     /// Storage errors.
     pub fn sweep(&self) -> Result<Vec<Appended>> {
-        match self.execute_one(Op::Sweep, &Actor::system())? {
-            Outcome::Swept(v) => Ok(v),
-            Outcome::Appended(a) => Ok(vec![*a]),
+        let mut all = Vec::new();
+        loop {
+            let swept = match self.execute_one(Op::Sweep, &Actor::system())? {
+                Outcome::Swept(v) => v,
+                Outcome::Appended(a) => vec![*a],
+            };
+            // A full sweep may have left more due: sweep again (each one its own batch).
+            let more = swept.len() >= super::gate::MAX_SWEEP;
+            all.extend(swept);
+            if !more {
+                return Ok(all);
+            }
         }
     }
 }

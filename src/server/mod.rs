@@ -25,7 +25,7 @@ use axum::Router;
 use crate::error::{Error, Result};
 use crate::format::record::Actor;
 use crate::ledger::commit::{CommitConfig, Committer};
-use crate::ledger::{Ledger, Op};
+use crate::ledger::{Ledger, Op, Outcome};
 use crate::server::tokens::{TokenEntry, Tokens};
 
 pub use body::{BODY_GRACE, BODY_MIN_RATE, BodyTiming, MAX_IN_FLIGHT_BYTES, SHARE_DIVISOR};
@@ -305,7 +305,15 @@ pub async fn serve(
                 );
                 if submitted.is_ok() {
                     match rx.await {
-                        Ok(Ok(_)) => st.committed(),
+                        Ok(Ok(outcome)) => {
+                            st.committed();
+                            // A sweep that recorded its most may have left more due: at once.
+                            if let Outcome::Swept(v) = &outcome
+                                && v.len() >= crate::ledger::MAX_SWEEP
+                            {
+                                tick.reset_immediately();
+                            }
+                        }
                         Ok(Err(e)) => tracing::warn!(error = %e, "timeout sweep failed"),
                         Err(_) => {}
                     }

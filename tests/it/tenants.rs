@@ -477,3 +477,32 @@ fn stream_seqs(s: &TestServer, token: &str) -> Vec<u64> {
         .map(|n| n.trim().parse().unwrap())
         .collect()
 }
+
+/// The review's finding 3: one tenant's thousands of due requests never make one unbounded
+/// sweep that every other caller's batch waits behind. A sweep records at most `MAX_SWEEP`
+/// timeouts; `Ledger::sweep` (the command line's) runs sweeps until none is due.
+#[test]
+fn a_sweep_records_a_bounded_number_of_timeouts() {
+    use hitl_ledger::ledger::{MAX_SWEEP, Op, Outcome};
+    let f = Fixture::new();
+    let n = MAX_SWEEP + 37;
+    let ops: Vec<_> = (0..n)
+        .map(|i| {
+            let mut req = interrupt_req(&format!("g{i}"), &format!("tg{i}"), refund(1));
+            req.review_ttl_seconds = Some(1);
+            (Op::Interrupt(req), globex())
+        })
+        .collect();
+    for r in f.l().execute(ops) {
+        r.unwrap();
+    }
+    f.advance_secs(5);
+    let first = f.l().execute(vec![(Op::Sweep, Actor::system())]);
+    let Ok(Outcome::Swept(v)) = &first[0] else {
+        panic!("not a sweep: {first:?}")
+    };
+    assert_eq!(v.len(), MAX_SWEEP, "one sweep is bounded");
+    let rest = f.l().sweep().unwrap();
+    assert_eq!(rest.len(), 37, "the command line's sweep takes the rest");
+    assert!(f.l().sweep().unwrap().is_empty());
+}
