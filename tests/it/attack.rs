@@ -5,26 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use hitl_ledger::server::tokens::{Role, add_token};
+use hitl_ledger::server::tokens::Role;
 use serde_json::{Value, json};
 
 use crate::http::*;
 use crate::server::TestServer;
-
-/// Adds a token to the running server's tokens file and waits until the server knows it.
-fn live_token(s: &TestServer, principal: &str, role: Role, tenants: &[&str]) -> String {
-    let tenants: Vec<String> = tenants.iter().map(|t| t.to_string()).collect();
-    let token = add_token(&s.dir.path().join("tokens.json"), principal, role, &tenants).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(s.addr, "/v1/checkpoint", &token).status == 401 {
-        assert!(
-            Instant::now() < deadline,
-            "the server never loaded the token"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    token
-}
+use crate::tenants::{add_live_token, stream_until_quiet};
 
 fn interrupt(rid: &str, thread: &str, args: Value) -> Value {
     json!({"request_id": rid, "thread_id": thread, "interrupt_id": "i",
@@ -37,34 +23,6 @@ fn thread_records(s: &TestServer, tid: &str, token: &str) -> Vec<Value> {
     r.json()["records"].as_array().unwrap().clone()
 }
 
-/// The ids of the records a stream sends before it goes quiet, and its text.
-fn stream(s: &TestServer, token: &str) -> (Vec<u64>, String) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(700)))
-        .unwrap();
-    write!(
-        c,
-        "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => text.extend_from_slice(&buf[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&text).into_owned();
-    let ids = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| n.trim().parse().unwrap())
-        .collect();
-    (ids, text)
-}
-
 /// Found by the review, fixed: a request an admin added to acme's thread belonged to the
 /// admin's own tenant, so an acme-scoped auditor read, in acme's thread, the records of a
 /// request that was not acme's (arguments included) while `GET /v1/requests/{id}` of it said
@@ -74,9 +32,9 @@ fn stream(s: &TestServer, token: &str) -> (Vec<u64>, String) {
 #[test]
 fn a_request_added_to_a_tenants_thread_is_that_tenants() {
     let s = TestServer::start();
-    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
-    let acme_auditor = live_token(&s, "dave", Role::Auditor, &["acme"]);
-    let globex_auditor = live_token(&s, "erin", Role::Auditor, &["globex"]);
+    let acme = add_live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    let acme_auditor = add_live_token(&s, "dave", Role::Auditor, &["acme"]);
+    let globex_auditor = add_live_token(&s, "erin", Role::Auditor, &["globex"]);
     let admin = s.tokens["admin"].clone();
     let r = post(
         s.addr,
@@ -99,7 +57,7 @@ fn a_request_added_to_a_tenants_thread_is_that_tenants() {
     );
     // acme's: the scoped auditor reads the request, acme's agent sees it in its stream.
     assert_eq!(get(s.addr, "/v1/requests/rx", &acme_auditor).status, 200);
-    let (acme_ids, acme_text) = stream(&s, &acme);
+    let (acme_ids, acme_text) = stream_until_quiet(&s, &acme);
     assert_eq!(acme_ids.len(), 2, "{acme_text}");
     assert!(acme_text.contains("operator-only"), "{acme_text}");
     let records = thread_records(&s, "ta", &acme_auditor);
@@ -118,8 +76,8 @@ fn a_request_added_to_a_tenants_thread_is_that_tenants() {
 #[test]
 fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
     let s = TestServer::start();
-    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
-    let globex = live_token(&s, "globex-bot", Role::Agent, &[]);
+    let acme = add_live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    let globex = add_live_token(&s, "globex-bot", Role::Agent, &[]);
     let auditor = s.tokens["auditor"].clone();
     let reviewer = s.tokens["reviewer"].clone();
     let body = interrupt("ra", "ta", json!({"amount_cents": 5}));
@@ -134,7 +92,7 @@ fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
     let ticket = d.json()["ticket_id"].as_str().unwrap().to_string();
     let leaf_hash = d.json()["leaf_hash"].as_str().unwrap().to_string();
     let before = thread_records(&s, "ta", &auditor).len();
-    let (acme_before, _) = stream(&s, &acme);
+    let (acme_before, _) = stream_until_quiet(&s, &acme);
     let size_before = s.size();
 
     // The very interrupt acme sent: not a duplicate of acme's record, an id in use.
@@ -223,7 +181,7 @@ fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
 
     // Nothing of it in acme's thread or stream; the three refusals went to the reserved thread.
     assert_eq!(thread_records(&s, "ta", &auditor).len(), before);
-    let (acme_after, _) = stream(&s, &acme);
+    let (acme_after, _) = stream_until_quiet(&s, &acme);
     assert_eq!(
         acme_after, acme_before,
         "acme's stream carries nothing of globex's"
@@ -237,7 +195,7 @@ fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
     assert_eq!(refusals.len(), 3);
     assert!(refusals.iter().all(|r| r["request_id"].is_null()));
     // And globex's own stream shows none of acme's records, nor its own refusals.
-    let (globex_ids, globex_text) = stream(&s, &globex);
+    let (globex_ids, globex_text) = stream_until_quiet(&s, &globex);
     assert!(globex_ids.is_empty(), "{globex_text}");
 }
 
@@ -248,7 +206,7 @@ fn a_foreign_agent_learns_nothing_from_answers_and_writes_nothing_of_acmes() {
 fn a_stream_ends_when_its_tokens_tenant_changes() {
     use std::io::{Read, Write};
     let s = TestServer::start();
-    let acme = live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
+    let acme = add_live_token(&s, "acme-refunds", Role::Agent, &["acme"]);
     assert_eq!(
         post(
             s.addr,
@@ -301,7 +259,7 @@ fn a_stream_ends_when_its_tokens_tenant_changes() {
     // Reconnected, it is globex's now: acme's interrupt is not in its stream.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (ids, _) = stream(&s, &acme);
+        let (ids, _) = stream_until_quiet(&s, &acme);
         if ids.is_empty() {
             break;
         }

@@ -320,7 +320,7 @@ fn cli_verify_fixture(f: &Fixture) -> (i32, Value) {
 }
 
 /// Adds a token to the running server's tokens file and waits until the server knows it.
-fn add_live_token(s: &TestServer, principal: &str, role: Role, tenants: &[&str]) -> String {
+pub fn add_live_token(s: &TestServer, principal: &str, role: Role, tenants: &[&str]) -> String {
     let tenants: Vec<String> = tenants.iter().map(|t| t.to_string()).collect();
     let token = add_token(&s.dir.path().join("tokens.json"), principal, role, &tenants).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -452,8 +452,8 @@ fn two_tenants_on_one_server_see_nothing_of_each_other() {
     );
 }
 
-/// The seqs a stream sends before it goes quiet.
-fn stream_seqs(s: &TestServer, token: &str) -> Vec<u64> {
+/// The ids of the records a stream sends before it goes quiet, and its text.
+pub fn stream_until_quiet(s: &TestServer, token: &str) -> (Vec<u64>, String) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(s.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_millis(700)))
@@ -471,11 +471,18 @@ fn stream_seqs(s: &TestServer, token: &str) -> Vec<u64> {
             Ok(n) => text.extend_from_slice(&buf[..n]),
         }
     }
-    String::from_utf8_lossy(&text)
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let ids = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
         .map(|n| n.trim().parse().unwrap())
-        .collect()
+        .collect();
+    (ids, text)
+}
+
+/// The seqs a stream sends before it goes quiet.
+fn stream_seqs(s: &TestServer, token: &str) -> Vec<u64> {
+    stream_until_quiet(s, token).0
 }
 
 /// The review's finding 3: one tenant's thousands of due requests never make one unbounded
