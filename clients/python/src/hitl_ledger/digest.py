@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 import rfc8785
 
@@ -107,21 +107,9 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def loads_strict(text: str | bytes, *, strict: bool = True) -> Any:
-    """Parse JSON text as the ledger does: no duplicate names, no NaN/Infinity, no overflow.
-
-    With ``strict`` (the default, as for request bodies) an integer literal beyond ±(2^53−1) is
-    refused; without it, it becomes the nearest double, as RFC 8785 reads every number.
-    """
-
-    def parse_int(digits: str) -> int | float:
-        value = int(digits)
-        if abs(value) <= MAX_SAFE_INTEGER:
-            return value
-        if strict:
-            raise NotCanonicalizable(f"integer {digits} is beyond ±(2^53-1)")
-        return float(value)
-
+def _loads(text: str | bytes, parse_int: Callable[[str], Any]) -> Any:
+    """UTF-8 JSON with no duplicate names, no NaN/Infinity, no overflowing number, integer
+    literals read by ``parse_int``; every failure is :class:`NotCanonicalizable`."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -139,6 +127,24 @@ def loads_strict(text: str | bytes, *, strict: bool = True) -> Any:
         raise
     except (ValueError, RecursionError) as e:
         raise NotCanonicalizable(f"not JSON: {e}") from e
+
+
+def loads_strict(text: str | bytes, *, strict: bool = True) -> Any:
+    """Parse JSON text as the ledger does: no duplicate names, no NaN/Infinity, no overflow.
+
+    With ``strict`` (the default, as for request bodies) an integer literal beyond ±(2^53−1) is
+    refused; without it, it becomes the nearest double, as RFC 8785 reads every number.
+    """
+
+    def parse_int(digits: str) -> int | float:
+        value = int(digits)
+        if abs(value) <= MAX_SAFE_INTEGER:
+            return value
+        if strict:
+            raise NotCanonicalizable(f"integer {digits} is beyond ±(2^53-1)")
+        return float(value)
+
+    return _loads(text, parse_int)
 
 
 def leaf_int(digits: str) -> int | float:
@@ -166,23 +172,7 @@ def loads_record(text: str | bytes) -> Any:
     stored as ``100000000000000000000``), and a reader must not fail on a record the ledger
     accepted. :func:`canonicalize` writes the value back to the same bytes.
     """
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise NotCanonicalizable(f"not UTF-8: {e}") from e
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_refuse_constant,
-            parse_float=_parse_float,
-            parse_int=leaf_int,
-        )
-    except NotCanonicalizable:
-        raise
-    except (ValueError, RecursionError) as e:
-        raise NotCanonicalizable(f"not JSON: {e}") from e
+    return _loads(text, leaf_int)
 
 
 def _as_doubles(value: Any, path: str = "") -> Any:
