@@ -29,6 +29,23 @@ pub enum ErrorCode {
     ReviewTtlTooLong,
     /// A ticket id that is not a lowercase canonical UUID v7.
     InvalidTicketId,
+    /// A policy document that fails validation (protocol section 12); nothing is written.
+    InvalidPolicy,
+    /// The reviewer is not among the tool's `approvers` (protocol section 7.5).
+    ApproverNotAllowed,
+    /// The reviewer opened the request; a tool with approvers or several approvals needs
+    /// someone else (protocol section 7.5).
+    ApproverIsRequester,
+    /// The reviewer already approved the request; the next approval must be another's.
+    ApproverAlreadyApproved,
+    /// The request's tool does not allow break-glass (protocol section 7.6).
+    BreakGlassNotAllowed,
+    /// The break-glass action is not the request's action (protocol section 7.6).
+    BreakGlassActionMismatch,
+    /// A post-event review by the break-glass user themself (protocol section 7.6).
+    ReviewerIsBreakGlassUser,
+    /// The request has no break-glass decision to review.
+    NoBreakGlass,
     /// A follow-up's `follows` does not name a record of the same request.
     UnknownFollows,
     /// No or unknown bearer token.
@@ -94,6 +111,14 @@ impl ErrorCode {
             DecisionNotAllowed => "decision_not_allowed",
             ReviewTtlTooLong => "review_ttl_too_long",
             InvalidTicketId => "invalid_ticket_id",
+            InvalidPolicy => "invalid_policy",
+            ApproverNotAllowed => "approver_not_allowed",
+            ApproverIsRequester => "approver_is_requester",
+            ApproverAlreadyApproved => "approver_already_approved",
+            BreakGlassNotAllowed => "break_glass_not_allowed",
+            BreakGlassActionMismatch => "break_glass_action_mismatch",
+            ReviewerIsBreakGlassUser => "reviewer_is_break_glass_user",
+            NoBreakGlass => "no_break_glass",
             UnknownFollows => "unknown_follows",
             Unauthenticated => "unauthenticated",
             Forbidden => "forbidden",
@@ -125,12 +150,18 @@ impl ErrorCode {
         match self {
             InvalidJson | UnknownField | MissingField | InvalidRequest | InvalidIdentifier
             | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
-            | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage => 400,
+            | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy => 400,
             Unauthenticated => 401,
-            Forbidden => 403,
+            Forbidden
+            | ApproverNotAllowed
+            | ApproverIsRequester
+            | ApproverAlreadyApproved
+            | BreakGlassNotAllowed
+            | ReviewerIsBreakGlassUser => 403,
             NotFound | RequestNotFound | ThreadNotFound => 404,
             AppendOnly | MethodNotAllowed => 405,
-            Conflict | IdempotencyConflict | IdentifierInUse => 409,
+            Conflict | IdempotencyConflict | IdentifierInUse | BreakGlassActionMismatch
+            | NoBreakGlass => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,
             Overloaded | Unwritable | TokensFile | DataDir => 503,

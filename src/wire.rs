@@ -5,7 +5,9 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::Error;
-use crate::format::record::hex_hash;
+use crate::format::merkle::Hash;
+use crate::format::record::{Record, hex_hash};
+use crate::ledger::governance::{BreakGlassUse, PolicyInForce};
 use crate::ledger::op::{Appended, Extra, Outcome, ThreadPage};
 use crate::ledger::proofs::{ConsistencyProof, InclusionProof};
 use crate::ledger::reads::{PendingItem, RequestPage, RequestView};
@@ -62,29 +64,48 @@ impl Appended {
             Extra::Decision {
                 ticket_id,
                 expires_at,
+                counts,
             } => {
                 m.insert("ticket_id".into(), json!(ticket_id));
                 m.insert(
                     "expires_at".into(),
                     json!(expires_at.map(|t| t.to_string())),
                 );
+                insert_counts(&mut m, *counts);
             }
             Extra::Edit {
                 new_request_id,
                 ticket_id,
                 expires_at,
+                counts,
             } => {
                 m.insert("new_request_id".into(), json!(new_request_id));
                 m.insert("ticket_id".into(), json!(ticket_id));
-                m.insert("expires_at".into(), json!(expires_at.to_string()));
+                m.insert(
+                    "expires_at".into(),
+                    json!(expires_at.map(|t| t.to_string())),
+                );
+                insert_counts(&mut m, *counts);
             }
             Extra::Authorization(g) => {
                 m.insert("granted".into(), json!(g.granted));
                 m.insert("code".into(), json!(g.code));
                 m.insert("idempotency_key".into(), json!(g.idempotency_key));
+                if g.code.as_deref() == Some(crate::model::decide::Denial::ToolPaused.as_str()) {
+                    // The tool is paused: the host hands the action to a manual operator.
+                    m.insert("route".into(), json!("manual_operator"));
+                }
             }
         }
         m
+    }
+}
+
+/// `approvals` and `approvals_required`, where a tool needs more than one approval.
+fn insert_counts(m: &mut Map<String, Value>, counts: Option<(u64, u64)>) {
+    if let Some((n, of)) = counts {
+        m.insert("approvals".into(), json!(n));
+        m.insert("approvals_required".into(), json!(of));
     }
 }
 
@@ -152,6 +173,18 @@ pub fn request_page_text(p: &RequestPage) -> String {
     let leaves: usize = p.records.iter().map(|(_, l)| l.len() + 1).sum();
     let mut out = String::with_capacity(leaves + p.request_id.len() + 96);
     out.push('{');
+    // Counted approvals, and how many the tool needs under the policy in force (section 7.5).
+    let approvals: Vec<Value> = p
+        .state
+        .approvals
+        .iter()
+        .map(|a| json!({"principal": a.principal, "seq": a.seq}))
+        .collect();
+    out.push_str("\"approvals\":");
+    out.push_str(&Value::Array(approvals).to_string());
+    out.push_str(",\"approvals_required\":");
+    out.push_str(&p.approvals_required.to_string());
+    out.push(',');
     if let Some(n) = p.next_after {
         out.push_str("\"next_after\":");
         out.push_str(&n.to_string());
@@ -165,6 +198,61 @@ pub fn request_page_text(p: &RequestPage) -> String {
     out.push_str(&Value::from(p.state.status.as_str()).to_string());
     out.push('}');
     out
+}
+
+/// `GET /v1/policy`: `{"policy", "policy_digest", "record", "seq", "leaf_hash"}` (`record`,
+/// `seq` and `leaf_hash` `null` while the log holds no policy record yet).
+pub fn policy_in_force(p: &PolicyInForce) -> Value {
+    let (record, seq, hash) = match &p.record {
+        Some((r, h, _)) => (r.to_value(), json!(r.seq), json!(hex_hash(h))),
+        None => (Value::Null, Value::Null, Value::Null),
+    };
+    json!({
+        "policy": p.policy.document(),
+        "policy_digest": p.policy.digest(),
+        "record": record,
+        "seq": seq,
+        "leaf_hash": hash,
+    })
+}
+
+/// `GET /v1/policy/history`: `{"policies": [{"seq", "ts", "actor", "policy_digest",
+/// "leaf_hash", "record"}]}`, oldest first.
+pub fn policy_history(records: &[(Record, Hash, Vec<u8>)]) -> Value {
+    let v: Vec<Value> = records
+        .iter()
+        .map(|(r, h, _)| {
+            json!({
+                "seq": r.seq,
+                "ts": r.ts.to_string(),
+                "actor": r.to_value()["actor"],
+                "policy_digest": r.body_str("policy_digest"),
+                "leaf_hash": hex_hash(h),
+                "record": r.to_value(),
+            })
+        })
+        .collect();
+    json!({"policies": v})
+}
+
+/// `GET /v1/reviews/break-glass`: `{"break_glass": [{"request_id", "seq", "ts", "actor",
+/// "reason", "leaf_hash", "record"}]}`, oldest first.
+pub fn break_glass_queue(uses: &[BreakGlassUse]) -> Value {
+    let v: Vec<Value> = uses
+        .iter()
+        .map(|u| {
+            json!({
+                "request_id": u.request_id,
+                "seq": u.record.seq,
+                "ts": u.record.ts.to_string(),
+                "actor": u.record.to_value()["actor"],
+                "reason": u.record.body_str("reason"),
+                "leaf_hash": hex_hash(&u.leaf_hash),
+                "record": u.record.to_value(),
+            })
+        })
+        .collect();
+    json!({"break_glass": v})
 }
 
 /// `GET /v1/threads/{id}/records`: `{"records": [...]}`, with `next_after` when the page was

@@ -19,6 +19,8 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const RESERVED_PREFIX: &str = "hitl-ledger/";
 /// The reserved thread that holds refusals naming no existing thread or request.
 pub const REFUSALS_THREAD: &str = "hitl-ledger/refusals";
+/// The reserved thread that holds the `policy` records, and nothing else.
+pub const POLICY_THREAD: &str = "hitl-ledger/policy";
 /// The `prev` / `thread_prev` of a first record: 64 zeros.
 pub const ZERO_HASH: Hash = [0u8; 32];
 /// `action_schema` of every interrupt.
@@ -99,13 +101,17 @@ pub enum Kind {
     Timeout,
     /// A revocation.
     Revocation,
-    /// A refused write attempt (`PUT`, `PATCH`, `DELETE`).
+    /// A refused write attempt (`PUT`, `PATCH`, `DELETE`, or a governance refusal).
     Refusal,
+    /// The policy document in force from this record on.
+    Policy,
+    /// The post-event review of a break-glass decision.
+    Review,
 }
 
 impl Kind {
     /// All kinds.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Interrupt,
         Kind::Decision,
         Kind::Rejection,
@@ -114,6 +120,8 @@ impl Kind {
         Kind::Timeout,
         Kind::Revocation,
         Kind::Refusal,
+        Kind::Policy,
+        Kind::Review,
     ];
 
     /// The contract's name of the kind.
@@ -127,6 +135,8 @@ impl Kind {
             Kind::Timeout => "timeout",
             Kind::Revocation => "revocation",
             Kind::Refusal => "refusal",
+            Kind::Policy => "policy",
+            Kind::Review => "review",
         }
     }
 
@@ -153,6 +163,9 @@ pub struct Actor {
     pub tenant: Option<String>,
     /// Which tenants' requests and threads the caller may see and act on. Not recorded.
     pub reach: Reach,
+    /// The groups the tokens file assigns to the caller (for a tool's `approvers`). Not
+    /// recorded; a decision records the `approvers` entry that admitted it instead.
+    pub groups: Vec<String>,
 }
 
 /// The tenants a caller reaches.
@@ -190,6 +203,7 @@ impl Actor {
             role: "agent".into(),
             tenant,
             reach,
+            groups: Vec::new(),
         }
     }
 
@@ -205,7 +219,14 @@ impl Actor {
             role: role.into(),
             tenant: None,
             reach: tenants.map_or(Reach::All, Reach::Only),
+            groups: Vec::new(),
         }
+    }
+
+    /// The same actor, member of `groups` (from its token).
+    pub fn in_groups(mut self, groups: Vec<String>) -> Actor {
+        self.groups = groups;
+        self
     }
 
     /// The tenant a request this actor opens belongs to: the recorded tenant, else the
@@ -441,8 +462,26 @@ impl Record {
         }
         let checkpoint_id = get_opt_id(obj, "checkpoint_id")?;
         let request_id = get_opt_id(obj, "request_id")?;
-        if request_id.is_none() && kind != Kind::Refusal {
-            return Err(env(format!("request_id is null on a {kind_s}")));
+        match kind {
+            Kind::Refusal => {}
+            Kind::Policy => {
+                if request_id.is_some() || thread_id != POLICY_THREAD {
+                    return Err(env(format!(
+                        "a policy record has request_id null and thread {q}",
+                        q = crate::codec::quoted(POLICY_THREAD)
+                    )));
+                }
+            }
+            _ if request_id.is_none() => {
+                return Err(env(format!("request_id is null on a {kind_s}")));
+            }
+            _ => {}
+        }
+        if kind != Kind::Policy && thread_id == POLICY_THREAD {
+            return Err(env(format!(
+                "the thread {q} holds only policy records",
+                q = crate::codec::quoted(POLICY_THREAD)
+            )));
         }
         let thread_seq = get_u64(obj, "thread_seq")?;
         let thread_prev = get_hash(obj, "thread_prev")?;
@@ -464,8 +503,11 @@ impl Record {
             role: get_str(actor_obj, "role")?,
             tenant,
             reach: Reach::All,
+            groups: Vec::new(),
         };
-        if !["agent", "reviewer", "auditor", "admin", "system"].contains(&actor.role.as_str()) {
+        if !["agent", "reviewer", "auditor", "admin", "break_glass", "system"]
+            .contains(&actor.role.as_str())
+        {
             return Err(env(format!(
                 "actor role {} is unknown",
                 crate::codec::quoted(&actor.role)
@@ -579,6 +621,10 @@ enum F {
     StrList,
     OptStrOrObj,
     Hash,
+    /// A positive integer.
+    Count,
+    /// The literal `true`.
+    True,
 }
 
 fn body_fields(kind: Kind) -> &'static [(&'static str, F)] {
@@ -597,7 +643,8 @@ fn body_fields(kind: Kind) -> &'static [(&'static str, F)] {
         Kind::Decision => &[
             ("decision", F::Str),
             ("rationale", F::OptStr),
-            ("ticket_id", F::Str),
+            // `null` only on a partial approval (protocol section 7.5).
+            ("ticket_id", F::OptStr),
             ("expires_at", F::OptTs),
             ("edited_digest", F::OptStr),
             ("superseded_by", F::OptStr),
@@ -625,13 +672,39 @@ fn body_fields(kind: Kind) -> &'static [(&'static str, F)] {
         Kind::Timeout => &[("expires_at", F::Ts)],
         Kind::Revocation => &[("reason", F::NonEmpty)],
         Kind::Refusal => &[("method", F::Str), ("path", F::Str), ("error", F::Str)],
+        Kind::Policy => &[("policy", F::Obj), ("policy_digest", F::Str)],
+        Kind::Review => &[
+            ("reviews", F::Hash),
+            ("verdict", F::Str),
+            ("rationale", F::NonEmpty),
+        ],
+    }
+}
+
+/// Body fields a kind's records may carry or omit (v1 extensions: records written before them
+/// lack them, and stay valid).
+fn optional_fields(kind: Kind) -> &'static [(&'static str, F)] {
+    match kind {
+        // The id of the policy record in force when the request was opened.
+        Kind::Interrupt => &[("policy", F::Hash)],
+        // Counted approvals (`approvals_required` > 1), the `approvers` entry that admitted
+        // the reviewer, and the break-glass mark with its reason.
+        Kind::Decision => &[
+            ("approvals", F::Count),
+            ("approvals_required", F::Count),
+            ("approved_as", F::Str),
+            ("break_glass", F::True),
+            ("reason", F::NonEmpty),
+        ],
+        _ => &[],
     }
 }
 
 fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
     let fields = body_fields(kind);
+    let optional = optional_fields(kind);
     for k in body.keys() {
-        if !fields.iter().any(|(n, _)| n == k) {
+        if !fields.iter().chain(optional).any(|(n, _)| n == k) {
             return Err(LeafError::Envelope(format!(
                 "unknown {} body field {q_k}",
                 kind.as_str(),
@@ -639,14 +712,18 @@ fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
             )));
         }
     }
-    for (name, ty) in fields {
-        let v = body.get(*name).ok_or_else(|| {
-            LeafError::Envelope(format!(
-                "{} body lacks {q_name}",
-                kind.as_str(),
-                q_name = crate::codec::quoted(name)
-            ))
-        })?;
+    for (name, ty) in fields.iter().chain(optional) {
+        let v = match body.get(*name) {
+            Some(v) => v,
+            None if optional.iter().any(|(n, _)| n == name) => continue,
+            None => {
+                return Err(LeafError::Envelope(format!(
+                    "{} body lacks {q_name}",
+                    kind.as_str(),
+                    q_name = crate::codec::quoted(name)
+                )));
+            }
+        };
         let ok = match ty {
             F::Str => v.is_string(),
             F::NonEmpty => v.as_str().is_some_and(|s| !s.trim().is_empty()),
@@ -658,6 +735,8 @@ fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
             F::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             F::OptStrOrObj => v.is_null() || v.is_string() || v.is_object(),
             F::Hash => v.as_str().and_then(parse_hex_hash).is_some(),
+            F::Count => v.as_u64().is_some_and(|n| n >= 1),
+            F::True => v == &Value::Bool(true),
         };
         if !ok {
             return Err(LeafError::Envelope(format!(

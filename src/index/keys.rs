@@ -50,6 +50,28 @@ pub fn idem_follow_up(rid: &str, fid: &str) -> Vec<u8> {
     join(&join(b"follow_up", rid.as_bytes()), fid.as_bytes())
 }
 
+/// Idempotency key of one reviewer's approval of a request (partial or final).
+pub fn idem_approval(rid: &str, principal: &str) -> Vec<u8> {
+    join(&join(b"approval", rid.as_bytes()), principal.as_bytes())
+}
+
+/// Idempotency key of a request's post-event review.
+pub fn idem_review(rid: &str) -> Vec<u8> {
+    join(b"review", rid.as_bytes())
+}
+
+/// The prefix of the break-glass review queue's keys, in the `idem` keyspace.
+pub const BREAK_GLASS_OPEN_PREFIX: &[u8] = b"break_glass_open\0";
+
+/// Key of a break-glass decision awaiting its post-event review: the prefix ‖ its seq. Its
+/// value is the seq too (every `idem` value is one).
+pub fn break_glass_open_key(seq: u64) -> Vec<u8> {
+    join(b"break_glass_open", &be(seq))
+}
+
+/// The key of the policy in force (the seq of the last `policy` record), in `meta`.
+pub const POLICY_KEY: &[u8] = b"policy";
+
 /// Key of a granted attempt: the request, the ticket, the attempt id and the presented
 /// action's digest, so a retry finds exactly the grant it repeats.
 pub fn grant_key(request: &str, ticket: &str, attempt: &str, digest: &str) -> Vec<u8> {
@@ -104,6 +126,7 @@ pub fn thread_tenant_key(thread: &str) -> Vec<u8> {
 pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 
 /// The format of the derived state this build writes: 2 added request tenants, the tenant
-/// record keys and thread tenants. A store whose derived state has another version is rebuilt
-/// from its records when it opens.
-pub const DERIVED_VERSION: u64 = 2;
+/// record keys and thread tenants; 3 the policy in force, counted approvals, the
+/// break-glass review queue. A store whose derived state has another version refuses writes
+/// until `reindex` has rebuilt it from its records.
+pub const DERIVED_VERSION: u64 = 3;

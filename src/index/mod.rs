@@ -189,6 +189,10 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         encode(&(r.thread_seq + 1, *leaf_hash)),
     );
     let Some(rid) = r.request_id.as_deref() else {
+        if r.kind == Kind::Policy {
+            view.put(Cf::Meta, POLICY_KEY, be(seq).to_vec());
+            return Ok(());
+        }
         // A refusal naming no request: its thread's tenant's (none in the reserved thread).
         if let Some(tenant) = thread_tenant(view, &r.thread_id)? {
             view.put(
@@ -215,6 +219,7 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
                     )
                 })?
                 .tenant;
+            st.opened_by = request(view, original)?.map_or(st.opened_by, |o| o.opened_by);
         } else if let Some(owner) = thread_tenant(view, &r.thread_id)? {
             // A request added to an existing thread (only a caller reaching its tenant may)
             // is the thread's tenant's: a thread never mixes tenants.
@@ -265,8 +270,24 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         view.put(Cf::Tickets, ticket.as_bytes(), rid.as_bytes());
         view.put(Cf::Idem, idem_decision(rid), be(seq).to_vec());
     }
+    if st.approvals.last().is_some_and(|a| a.seq == seq) {
+        view.put(
+            Cf::Idem,
+            idem_approval(rid, &r.actor.principal),
+            be(seq).to_vec(),
+        );
+    }
+    if st.break_glass == Some(seq) {
+        view.put(Cf::Idem, break_glass_open_key(seq), be(seq).to_vec());
+    }
     match r.kind {
         Kind::Revocation => view.put(Cf::Idem, idem_revoke(rid), be(seq).to_vec()),
+        Kind::Review => {
+            view.put(Cf::Idem, idem_review(rid), be(seq).to_vec());
+            if let Some(bg) = st.break_glass {
+                view.delete(Cf::Idem, break_glass_open_key(bg));
+            }
+        }
         Kind::FollowUp => view.put(
             Cf::Idem,
             idem_follow_up(rid, r.body_str("follow_up_id").unwrap_or_default()),

@@ -8,8 +8,9 @@ use crate::format::record::Record;
 use crate::storage::{Keyspace, Read, scan_prefix};
 
 use super::keys::{
-    deadline_key, grant_key, idem_decision, idem_follow_up, idem_interrupt, idem_revoke,
-    split_deadline_key, tenant_record_key, tenant_record_prefix, thread_key,
+    BREAK_GLASS_OPEN_PREFIX, POLICY_KEY, deadline_key, grant_key, idem_approval, idem_decision,
+    idem_follow_up, idem_interrupt, idem_review, idem_revoke, split_deadline_key,
+    tenant_record_key, tenant_record_prefix, thread_key,
 };
 use super::{Lookup, View, seq_at};
 
@@ -61,6 +62,43 @@ pub fn interrupt_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>
 /// A storage error.
 pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
     seq_at(l, Keyspace::Idem, &idem_decision(rid))
+}
+
+/// The seq of `principal`'s approval of the request (partial or final).
+///
+/// # Errors
+/// A storage error.
+pub fn approval_seq<L: Lookup + ?Sized>(l: &L, rid: &str, principal: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_approval(rid, principal))
+}
+
+/// The seq of the request's post-event review.
+///
+/// # Errors
+/// A storage error.
+pub fn review_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Idem, &idem_review(rid))
+}
+
+/// The seq of the policy record in force (the last one), `None` when the log holds none.
+///
+/// # Errors
+/// A storage error.
+pub fn policy_seq<L: Lookup + ?Sized>(l: &L) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Meta, POLICY_KEY)
+}
+
+/// The seqs of the break-glass decisions awaiting their post-event review, ascending.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed entry.
+pub fn break_glass_open(r: &dyn Read) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for item in scan_prefix(r, Keyspace::Idem, BREAK_GLASS_OPEN_PREFIX) {
+        let (_, v) = item?;
+        out.push(read_be(&v).ok_or_else(|| Error::corrupt("a break-glass queue entry is malformed"))?);
+    }
+    Ok(out)
 }
 
 /// The seq of the request's revocation.

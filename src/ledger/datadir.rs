@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Identity, Initialized, ledger_row, sequencer};
-use crate::clock::SystemClock;
+use super::{Identity, Initialized, ledger_row};
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::note::{NoteSigner, valid_origin};
 use crate::model::action::RedactionKey;
@@ -337,7 +336,13 @@ pub fn read_redaction_key(dir: &Path) -> Result<RedactionKey> {
 /// # Errors
 /// `usage` for an invalid origin; `data_dir` when `dir` is not empty or not a directory, or
 /// the database already holds a ledger or some of its tables; storage errors.
-pub(super) fn init(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Initialized> {
+pub(super) fn init(
+    dir: &Path,
+    origin: &str,
+    engine: EngineConfig,
+    clock: Arc<dyn crate::clock::Clock>,
+    policy: Option<&str>,
+) -> Result<Initialized> {
     super::check_origin(origin)?;
     private_umask();
     let dir = follow_symlink(dir)?;
@@ -347,7 +352,7 @@ pub(super) fn init(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Ini
     }
     let mut staging = Staging::new(&dir, existing)?;
     let mut created: Option<&str> = None;
-    let result = build(&staging.path, origin, &engine, &mut created).and_then(|made| {
+    let result = build(&staging.path, origin, &engine, &mut created, (clock, policy)).and_then(|made| {
         staging.put_in_place()?;
         Ok(made)
     });
@@ -586,6 +591,7 @@ fn build<'a>(
     origin: &str,
     engine: &'a EngineConfig,
     created: &mut Option<&'a str>,
+    (clock, policy_text): (Arc<dyn crate::clock::Clock>, Option<&str>),
 ) -> Result<Initialized> {
     let seed = random32()?;
     let signer = NoteSigner::from_seed(origin, &seed)
@@ -601,7 +607,9 @@ fn build<'a>(
     )?;
     write_secret_file(
         &dir.join(files::POLICY),
-        crate::model::policy::INITIAL_POLICY.as_bytes(),
+        policy_text
+            .unwrap_or(crate::model::policy::INITIAL_POLICY)
+            .as_bytes(),
     )?;
     write_secret_file(
         &dir.join(files::VERIFIER_KEY),
@@ -613,21 +621,29 @@ fn build<'a>(
         signer,
         key: RedactionKey::from_bytes(key),
         policy,
-        clock: Arc::new(SystemClock),
+        clock,
     };
-    let checkpoint = match engine {
-        EngineConfig::Rocks => {
-            let e = RocksEngine::open(&dir.join(files::DB), true)?;
-            sequencer::sign_empty(&e, &id)?
-        }
+    let verifier_key = id.signer.verifier_key();
+    let store: Box<dyn crate::storage::Engine> = match engine {
+        EngineConfig::Rocks => Box::new(RocksEngine::open(&dir.join(files::DB), true)?),
         EngineConfig::Postgres { url } => {
             let row = ledger_row(&id);
             PgEngine::create(url, &row)?;
             *created = Some(url);
-            let e = PgEngine::open(url, row)?;
-            sequencer::sign_empty(&e, &id)?
+            Box::new(PgEngine::open(url, row)?)
         }
     };
+    // The size-0 checkpoint, then the first write: the file's policy as the ledger's first
+    // policy record (protocol section 12), with its own checkpoint.
+    let ledger = super::Ledger::on_engine(store, id)?;
+    for r in ledger.execute(Vec::new()) {
+        r?;
+    }
+    if let Some(e) = ledger.write_refusal() {
+        return Err(e);
+    }
+    let checkpoint = ledger.checkpoint()?;
+    drop(ledger);
     // The config is written last: a directory without it is not a ledger yet.
     write_config(
         dir,
@@ -637,7 +653,7 @@ fn build<'a>(
         },
     )?;
     Ok(Initialized {
-        verifier_key: id.signer.verifier_key(),
+        verifier_key,
         checkpoint,
     })
 }

@@ -14,6 +14,7 @@ use crate::format::record::{ACTION_SCHEMA, Actor, Kind, REFUSALS_THREAD, hex_has
 use crate::index;
 use crate::model::action::{Action, idempotency_key, redact};
 use crate::model::decide::{self, TicketOwner};
+use crate::model::policy::Mode;
 use crate::model::request::{
     AuthorizeRequest, DecisionKind, DecisionRequest, FollowUpRequest, InterruptRequest,
     RevokeRequest, parse_ticket_id,
@@ -36,6 +37,17 @@ fn in_use(what: &str, id: &str) -> Error {
         format!(
             "the {what} id {q_id} is already in use; choose another",
             q_id = crate::codec::quoted(id)
+        ),
+    )
+}
+
+/// A second approval of one request by the same reviewer.
+fn already_approved(rid: &str, seq: u64) -> Error {
+    Error::new(
+        ErrorCode::ApproverAlreadyApproved,
+        format!(
+            "this reviewer already approved request {q_rid} (seq {seq}); the next approval must be another reviewer's",
+            q_rid = crate::codec::quoted(rid)
         ),
     )
 }
@@ -72,6 +84,9 @@ impl Batch<'_, '_, '_> {
             Op::FollowUp(rid, req) => self.follow_up(&rid, req, actor, sp).map(one),
             Op::Refusal(r) => self.refusal(r, actor).map(one),
             Op::Sweep => self.sweep().map(Outcome::Swept),
+            Op::SetPolicy(p) => self.set_policy(&p, actor).map(one),
+            Op::BreakGlass(rid, req) => self.break_glass(&rid, req, actor, sp).map(one),
+            Op::Review(rid, req) => self.review(&rid, req, actor, sp).map(one),
             Op::Timeout(rid) => {
                 let st = self.state(&rid)?;
                 match self.due_timeout(&rid, &st)? {
@@ -100,7 +115,7 @@ impl Batch<'_, '_, '_> {
 
     /// Loads the request the caller must reach and records its due timeout first; the timeout
     /// survives a later refusal of the operation (the savepoint moves past it).
-    fn reachable_after_timeout(
+    pub(super) fn reachable_after_timeout(
         &mut self,
         rid: &str,
         actor: &Actor,
@@ -111,7 +126,7 @@ impl Batch<'_, '_, '_> {
     }
 
     /// A new UUID v7 from the batch time and random bits (tickets, edits' request ids).
-    fn new_id(&self) -> Result<String> {
+    pub(super) fn new_id(&self) -> Result<String> {
         let mut random = [0u8; 10];
         getrandom::fill(&mut random).map_err(|e| Error::storage("random", e))?;
         Ok(uuid_v7(self.ts, random))
@@ -175,7 +190,7 @@ impl Batch<'_, '_, '_> {
                 return Err(in_use("request", &rid));
             }
             let (stored, _) = self.stored(seq)?;
-            if !self.same_interrupt(&stored, &req) {
+            if !self.same_interrupt(&stored, &req)? {
                 return Err(idem_conflict(format!(
                     "request {q_rid} already has a different interrupt (seq {seq})",
                     q_rid = crate::codec::quoted(&rid)
@@ -193,7 +208,8 @@ impl Batch<'_, '_, '_> {
         {
             return Err(in_use("thread", &req.thread_id));
         }
-        let policy = self.ledger.id.policy.for_tool(&req.action.tool);
+        let in_force = self.policy()?;
+        let policy = in_force.policy.for_tool(&req.action.tool);
         let window = match req.review_ttl_seconds {
             Some(t) if t > policy.review_window_seconds => {
                 return Err(Error::new(
@@ -212,7 +228,7 @@ impl Batch<'_, '_, '_> {
         let red = redact(key, &rid, &req.action, &req.redact, &policy.redact)?;
         let digest = req.action.digest(key, &rid, !red.applied.is_empty());
         let allowed: Vec<&str> = req.allowed_decisions.iter().map(|d| d.as_str()).collect();
-        let body = obj(json!({
+        let mut body = obj(json!({
             "interrupt_id": req.interrupt_id,
             "tool": req.action.tool,
             "args": Value::Object(red.args),
@@ -223,6 +239,11 @@ impl Batch<'_, '_, '_> {
             "expires_at": self.ts.plus_seconds(window).to_string(),
             "edit_of": Value::Null,
         }));
+        // The policy record the request is opened under: a bundle of its thread must carry
+        // the policy records (protocol section 6.1), and this says there are some.
+        if let Some(id) = in_force.id {
+            body.insert("policy".into(), json!(hex_hash(&id)));
+        }
         let d = Draft {
             kind: Kind::Interrupt,
             thread_id: req.thread_id,
@@ -243,6 +264,28 @@ impl Batch<'_, '_, '_> {
         sp: &mut usize,
     ) -> Result<Appended> {
         let st = self.reachable_after_timeout(rid, actor, sp)?;
+        // The reviewer's own approval sent again (a partial one included) is answered with it;
+        // another approval by the same reviewer is refused.
+        if req.decision != DecisionKind::Reject
+            && let Some(seq) = index::approval_seq(&*self.view, rid, &actor.principal)?
+            && index::decision_seq(&*self.view, rid)? != Some(seq)
+        {
+            let (stored, _) = self.stored(seq)?;
+            if req.decision == DecisionKind::Approve
+                && stored.body_str("rationale").map(str::to_owned) == req.rationale
+            {
+                return self.duplicate(
+                    seq,
+                    Extra::Decision {
+                        ticket_id: None,
+                        expires_at: None,
+                        counts: super::replay::counts_of(&stored),
+                    },
+                );
+            }
+            let e = already_approved(rid, seq);
+            return Err(self.refuse(rid, &st, "decision", e, actor, sp));
+        }
         if let Some(seq) = index::decision_seq(&*self.view, rid)? {
             return self.decision_again(rid, seq, &req);
         }
@@ -267,31 +310,28 @@ impl Batch<'_, '_, '_> {
                 ),
             ));
         }
-        let ticket = self.new_id()?;
-        let policy = &self.ledger.id.policy;
+        let policy = self.policy()?.policy;
+        let tool = policy.for_tool(&st.tool);
+        let approving = req.decision != DecisionKind::Reject;
+        let approved_as = match self.admit(&tool, &st, rid, actor, approving) {
+            Ok(a) => a,
+            Err(e) => return Err(self.refuse(rid, &st, "decision", e, actor, sp)),
+        };
         match req.decision {
             DecisionKind::Approve => {
-                let ttl = policy.for_tool(&st.tool).approval_ttl_seconds;
-                let expires = self.ts.plus_seconds(ttl);
-                let body = obj(json!({
-                    "decision": "approve", "rationale": req.rationale, "ticket_id": ticket,
-                    "expires_at": expires.to_string(), "edited_digest": Value::Null, "superseded_by": Value::Null,
-                }));
-                let mut a =
-                    self.append(Draft::for_request(Kind::Decision, &st, rid, body), actor)?;
-                a.extra = Extra::Decision {
-                    ticket_id: ticket,
-                    expires_at: Some(expires),
-                };
+                let counts = (st.approvals.len() as u64 + 1, tool.approvals_required);
+                let a = self.approval(rid, &st, req.rationale, &tool, counts, approved_as, actor)?;
                 Ok(a)
             }
             DecisionKind::Reject => {
+                let ticket = self.new_id()?;
                 let body = obj(json!({"rationale": req.rationale, "ticket_id": ticket}));
                 let mut a =
                     self.append(Draft::for_request(Kind::Rejection, &st, rid, body), actor)?;
                 a.extra = Extra::Decision {
-                    ticket_id: ticket,
+                    ticket_id: Some(ticket),
                     expires_at: None,
+                    counts: None,
                 };
                 Ok(a)
             }
@@ -299,13 +339,119 @@ impl Batch<'_, '_, '_> {
                 let edited = req.edited_action.ok_or_else(|| {
                     Error::new(ErrorCode::MissingField, "an edit needs \"edited_action\"")
                 })?;
-                self.edit(rid, &st, ticket, req.rationale, edited, actor)
+                let tool2 = policy.for_tool(&edited.tool);
+                let approved_as2 = match self.admit(&tool2, &st, rid, actor, true) {
+                    Ok(a) => a,
+                    Err(e) => return Err(self.refuse(rid, &st, "decision", e, actor, sp)),
+                };
+                let ticket = self.new_id()?;
+                self.edit(
+                    rid,
+                    &st,
+                    ticket,
+                    req.rationale,
+                    edited,
+                    (approved_as, approved_as2),
+                    actor,
+                )
             }
         }
     }
 
+    /// Whether the reviewer may decide a request of a governed tool (protocol section 7.5):
+    /// not the principal that opened it, admitted by `approvers` where the tool names them,
+    /// and (`approving`) not one who already approved it. Answers the `approvers` entry that admitted the
+    /// reviewer (recorded as `approved_as`), `None` where the tool names no approvers.
+    fn admit(
+        &self,
+        tool: &crate::model::policy::ToolPolicy,
+        st: &RequestState,
+        rid: &str,
+        actor: &Actor,
+        approving: bool,
+    ) -> Result<Option<String>> {
+        if !tool.governed() {
+            return Ok(None);
+        }
+        if actor.principal == st.opened_by {
+            return Err(Error::new(
+                ErrorCode::ApproverIsRequester,
+                format!(
+                    "{} opened request {q_rid}; another reviewer decides it",
+                    crate::codec::quoted(&actor.principal),
+                    q_rid = crate::codec::quoted(rid)
+                ),
+            ));
+        }
+        if approving
+            && let Some(a) = st.approvals.iter().find(|a| a.principal == actor.principal)
+        {
+            return Err(already_approved(rid, a.seq));
+        }
+        match &tool.approvers {
+            None => Ok(None),
+            Some(_) => tool
+                .admitting(&actor.principal, &actor.groups)
+                .map(Some)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorCode::ApproverNotAllowed,
+                        format!(
+                            "{} is not among the approvers of tool {}",
+                            crate::codec::quoted(&actor.principal),
+                            crate::codec::quoted(&st.tool)
+                        ),
+                    )
+                }),
+        }
+    }
+
+    /// An approval of request `rid`: the final one (issuing the ticket) when `counts` reaches
+    /// the tool's `approvals_required`, else a partial one (`ticket_id: null`).
+    #[allow(clippy::too_many_arguments)]
+    fn approval(
+        &mut self,
+        rid: &str,
+        st: &RequestState,
+        rationale: Option<String>,
+        tool: &crate::model::policy::ToolPolicy,
+        counts: (u64, u64),
+        approved_as: Option<String>,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        let final_one = counts.0 >= counts.1;
+        let (ticket, expires) = if final_one {
+            let e = self.ts.plus_seconds(tool.approval_ttl_seconds);
+            (Some(self.new_id()?), Some(e))
+        } else {
+            (None, None)
+        };
+        let mut body = obj(json!({
+            "decision": "approve", "rationale": rationale, "ticket_id": ticket,
+            "expires_at": expires.map(|e| e.to_string()), "edited_digest": Value::Null,
+            "superseded_by": Value::Null,
+        }));
+        let shown = (counts.1 > 1).then_some(counts);
+        if let Some((n, of)) = shown {
+            body.insert("approvals".into(), json!(n));
+            body.insert("approvals_required".into(), json!(of));
+        }
+        if let Some(a) = approved_as {
+            body.insert("approved_as".into(), json!(a));
+        }
+        let mut a = self.append(Draft::for_request(Kind::Decision, st, rid, body), actor)?;
+        a.extra = Extra::Decision {
+            ticket_id: ticket,
+            expires_at: expires,
+            counts: shown,
+        };
+        Ok(a)
+    }
+
     /// An edit: the original's `decision` (superseded by the new request), the edited call as
-    /// a new request, and its approval, all in this batch (protocol section 7.3).
+    /// a new request, and the editor's approval of it (final, or the first of the edited
+    /// tool's `approvals_required`), all in this batch (protocol sections 7.3 and 7.5).
+    #[allow(clippy::too_many_arguments)]
     fn edit(
         &mut self,
         rid: &str,
@@ -313,17 +459,22 @@ impl Batch<'_, '_, '_> {
         ticket: String,
         rationale: Option<String>,
         edited: Action,
+        approved_as: (Option<String>, Option<String>),
         actor: &Actor,
     ) -> Result<Appended> {
         let new_rid = self.new_id()?;
         let (args, applied, digest2) = self.edited_interrupt_parts(st, &new_rid, &edited)?;
-        let policy2 = self.ledger.id.policy.for_tool(&edited.tool);
-        let body = obj(json!({
+        let in_force = self.policy()?;
+        let policy2 = in_force.policy.for_tool(&edited.tool);
+        let mut body = obj(json!({
             "decision": "edit", "rationale": rationale, "ticket_id": ticket,
             "expires_at": Value::Null, "edited_digest": digest2, "superseded_by": new_rid,
         }));
+        if let Some(a) = approved_as.0 {
+            body.insert("approved_as".into(), json!(a));
+        }
         let mut a = self.append(Draft::for_request(Kind::Decision, st, rid, body), actor)?;
-        let ibody = obj(json!({
+        let mut ibody = obj(json!({
             "interrupt_id": st.interrupt_id,
             "tool": edited.tool,
             "args": Value::Object(args),
@@ -334,25 +485,37 @@ impl Batch<'_, '_, '_> {
             "expires_at": self.ts.plus_seconds(policy2.review_window_seconds).to_string(),
             "edit_of": rid,
         }));
+        if let Some(id) = in_force.id {
+            ibody.insert("policy".into(), json!(hex_hash(&id)));
+        }
         self.append(
             Draft::for_request(Kind::Interrupt, st, &new_rid, ibody),
             actor,
         )?;
         let st2 = self.state(&new_rid)?;
-        let ticket2 = self.new_id()?;
-        let expires2 = self.ts.plus_seconds(policy2.approval_ttl_seconds);
-        let dbody = obj(json!({
-            "decision": "approve", "rationale": rationale, "ticket_id": ticket2,
-            "expires_at": expires2.to_string(), "edited_digest": Value::Null, "superseded_by": Value::Null,
-        }));
-        self.append(
-            Draft::for_request(Kind::Decision, &st2, &new_rid, dbody),
+        let counts = (1, policy2.approvals_required);
+        let approval = self.approval(
+            &new_rid,
+            &st2,
+            rationale,
+            &policy2,
+            counts,
+            approved_as.1,
             actor,
         )?;
+        let Extra::Decision {
+            ticket_id,
+            expires_at,
+            counts,
+        } = approval.extra
+        else {
+            return Err(Error::new(ErrorCode::Internal, "an approval without its answer"));
+        };
         a.extra = Extra::Edit {
             new_request_id: new_rid,
-            ticket_id: ticket2,
-            expires_at: expires2,
+            ticket_id,
+            expires_at,
+            counts,
         };
         Ok(a)
     }
@@ -367,7 +530,7 @@ impl Batch<'_, '_, '_> {
     ) -> Result<(Map<String, Value>, Vec<String>, String)> {
         let key = &self.ledger.id.key;
         let mut optional = original.redacted.clone();
-        optional.extend(self.ledger.id.policy.for_tool(&edited.tool).redact);
+        optional.extend(self.policy()?.policy.for_tool(&edited.tool).redact);
         let red = redact(key, new_rid, edited, &[], &optional)?;
         let keyed = !red.applied.is_empty();
         Ok((red.args, red.applied, edited.digest(key, new_rid, keyed)))
@@ -387,6 +550,17 @@ impl Batch<'_, '_, '_> {
         let action = req.action()?;
         let st = self.after_timeout(rid, st, sp)?;
         let digest = action.digest(&self.ledger.id.key, rid, st.keyed());
+        let policy = self.policy()?.policy;
+        let mode = decide::mode(
+            policy.for_tool(&st.tool).mode,
+            policy.for_tool(&action.tool).mode,
+        );
+        if mode == Mode::Paused {
+            // After checks 1-3 and before any ticket check (a retried attempt's grant
+            // included): a paused tool's actions go to a manual operator.
+            let answer = decide::answer(mode, None);
+            return self.record_authorization(rid, &st, &req, &digest, answer, None, Mode::Enforce, actor);
+        }
         // A retried attempt whose earlier evaluation was a grant gets that grant back.
         if let Some(attempt) = &req.attempt_id
             && let Some(seq) = index::grant_seq(&*self.view, rid, &req.ticket_id, attempt, &digest)?
@@ -404,12 +578,23 @@ impl Batch<'_, '_, '_> {
             }
         }
         let ev = self.evaluate(rid, &st, &req.ticket_id, &digest)?;
-        let policy = &self.ledger.id.policy;
-        let mode = decide::mode(
-            policy.for_tool(&st.tool).mode,
-            policy.for_tool(&action.tool).mode,
-        );
         let answer = decide::answer(mode, ev.denial);
+        self.record_authorization(rid, &st, &req, &digest, answer, ev.expires_at, mode, actor)
+    }
+
+    /// Records an evaluation's `authorization` and answers it.
+    #[allow(clippy::too_many_arguments)]
+    fn record_authorization(
+        &mut self,
+        rid: &str,
+        st: &RequestState,
+        req: &AuthorizeRequest,
+        digest: &str,
+        answer: decide::Answer,
+        expires_at: Option<i64>,
+        mode: Mode,
+        actor: &Actor,
+    ) -> Result<Appended> {
         let key = answer
             .granted
             .then(|| idempotency_key(&self.ledger.id.origin, rid));
@@ -420,17 +605,17 @@ impl Batch<'_, '_, '_> {
             "granted": answer.granted,
             "code": answer.code.map(|d| d.as_str()),
             "evaluated_at": self.ts.to_string(),
-            "expires_at": ev.expires_at.map(|e| Timestamp::from_micros(e).to_string()),
+            "expires_at": expires_at.map(|e| Timestamp::from_micros(e).to_string()),
             "idempotency_key": key,
             "mode": mode.as_str(),
             "would_deny": answer.would_deny.map(|d| d.as_str()),
         }));
-        let mut d = Draft::for_request(Kind::Authorization, &st, rid, body);
+        let mut d = Draft::for_request(Kind::Authorization, st, rid, body);
         if req.run_id.is_some() {
-            d.run_id = req.run_id;
+            d.run_id = req.run_id.clone();
         }
         if req.checkpoint_id.is_some() {
-            d.checkpoint_id = req.checkpoint_id;
+            d.checkpoint_id = req.checkpoint_id.clone();
         }
         let mut a = self.append(d, actor)?;
         a.extra = Extra::Authorization(Grant {

@@ -8,6 +8,7 @@ pub mod commit;
 pub mod datadir;
 pub mod events;
 mod gate;
+pub mod governance;
 pub mod maintenance;
 pub mod metrics;
 pub mod op;
@@ -133,6 +134,11 @@ pub struct Ledger {
     /// How batches are committed: always `Synced`, except in a benchmark's ledger
     /// ([`Ledger::with_unsynced_commits_for_benchmarks`]).
     commit_durability: Durability,
+    /// The policy of the ledger's file: in force only while the log holds no policy record
+    /// (the first write records it).
+    file_policy: Arc<Policy>,
+    /// The last policy record read, by seq (policy records change rarely; every batch asks).
+    policy_cache: Mutex<Option<governance::InForce>>,
     _lock: Option<DirLock>,
 }
 
@@ -167,7 +173,23 @@ impl Ledger {
     /// As [`Ledger::init`]; `data_dir` when `dir` is not empty or the database already holds
     /// a ledger (or `hitl_*` tables).
     pub fn init_with(dir: &Path, origin: &str, engine: EngineConfig) -> Result<Initialized> {
-        datadir::init(dir, origin, engine)
+        datadir::init(dir, origin, engine, Arc::new(SystemClock), None)
+    }
+
+    /// As [`Ledger::init_with`], with `policy` (a document's text) in place of the default one,
+    /// and the first record (the policy) written at `clock`'s time: for tests that run a ledger
+    /// on an injected clock.
+    ///
+    /// # Errors
+    /// As [`Ledger::init_with`]; `invalid_policy` for an invalid document.
+    pub fn init_at(
+        dir: &Path,
+        origin: &str,
+        engine: EngineConfig,
+        clock: Arc<dyn Clock>,
+        policy: Option<&str>,
+    ) -> Result<Initialized> {
+        datadir::init(dir, origin, engine, clock, policy)
     }
 
     /// Opens the ledger in `dir` with the system clock and `DIR/policy.json`.
@@ -223,7 +245,7 @@ impl Ledger {
         };
         let mut ledger = Ledger::on_engine(engine, id)?;
         if let Some(m) = mismatch {
-            // A server whose key or policy differs from the database's reads, never writes.
+            // A server whose origin or key differs from the database's reads, never writes.
             ledger.unwritable = Some(Error::storage_failure(
                 ErrorCode::DataDir,
                 crate::error::StorageKind::Incompatible,
@@ -233,31 +255,6 @@ impl Ledger {
         ledger.dir = Some(dir.to_path_buf());
         ledger._lock = Some(lock);
         Ok(ledger)
-    }
-
-    /// Records the policy of the data directory `dir` as the one the servers of its
-    /// PostgreSQL ledger must run (their writes are refused while theirs differs).
-    ///
-    /// # Errors
-    /// `usage` for a ledger on RocksDB (one server: its policy file is the policy);
-    /// `data_dir` when the origin or key differ from the database's; storage errors.
-    pub fn adopt_policy(dir: &Path) -> Result<()> {
-        let config = datadir::read_config(dir)?;
-        let EngineConfig::Postgres { url } = &config.engine else {
-            return Err(Error::new(
-                ErrorCode::Usage,
-                "only a ledger on PostgreSQL records its policy; on RocksDB, policy.json is the policy",
-            ));
-        };
-        let signer = datadir::read_signer(dir, &config.origin)?;
-        let policy = Policy::load(&dir.join(files::POLICY))?;
-        let row = LedgerRow {
-            origin: config.origin.clone(),
-            verifier_key: signer.verifier_key(),
-            policy_sha256: policy.fingerprint(),
-        };
-        PgEngine::open(url, row)?.adopt_policy()?;
-        Ok(())
     }
 
     /// A ledger over any engine: signs the size-0 checkpoint when the engine is empty, then
@@ -272,9 +269,12 @@ impl Ledger {
         if empty {
             sequencer::sign_empty(&*engine, &id)?;
         }
+        let file_policy = Arc::new(id.policy.clone());
         let mut ledger = Ledger {
             dir: None,
             engine,
+            file_policy,
+            policy_cache: Mutex::new(None),
             id,
             unwritable: None,
             failed: Mutex::new(None),
@@ -459,9 +459,18 @@ impl Ledger {
         self.id.signer.verifier()
     }
 
-    /// The policy in force.
-    pub fn policy(&self) -> &Policy {
-        &self.id.policy
+    /// The policy of the ledger's file (in force only until the log holds a policy record).
+    pub fn file_policy(&self) -> &Policy {
+        &self.file_policy
+    }
+
+    fn cached_policy(&self, seq: u64) -> Option<governance::InForce> {
+        let c = self.policy_cache.lock().unwrap_or_else(|p| p.into_inner());
+        c.as_ref().filter(|p| p.seq == Some(seq)).cloned()
+    }
+
+    fn cache_policy(&self, p: &governance::InForce) {
+        *self.policy_cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
     }
 
     /// The storage engine (read access for tools; writes go through [`Ledger::execute`]).

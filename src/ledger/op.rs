@@ -7,8 +7,10 @@ use crate::clock::Timestamp;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::Hash;
 use crate::format::record::Record;
+use crate::model::policy::Policy;
 use crate::model::request::{
-    AuthorizeRequest, DecisionRequest, FollowUpRequest, InterruptRequest, RevokeRequest,
+    AuthorizeRequest, BreakGlassRequest, DecisionRequest, FollowUpRequest, InterruptRequest,
+    ReviewRequest, RevokeRequest,
 };
 
 /// One operation of a batch.
@@ -30,6 +32,12 @@ pub enum Op {
     Sweep,
     /// Record the timeout of one request, if due.
     Timeout(String),
+    /// Record a policy document as the policy in force from now on (admin).
+    SetPolicy(Box<Policy>),
+    /// Open an emergency grant for a request's own action (the `break_glass` role).
+    BreakGlass(String, BreakGlassRequest),
+    /// Record the post-event review of a request's break-glass decision.
+    Review(String, ReviewRequest),
 }
 
 /// A refused write attempt and what its path names.
@@ -65,19 +73,24 @@ pub enum Extra {
     None,
     /// A decision: its ticket and approval expiry.
     Decision {
-        /// The ticket.
-        ticket_id: String,
-        /// Approval validity (`None` for a rejection).
+        /// The ticket; `None` for a partial approval (protocol section 7.5).
+        ticket_id: Option<String>,
+        /// Approval validity (`None` for a rejection and a partial approval).
         expires_at: Option<Timestamp>,
+        /// (approvals counted, approvals required) where the tool needs more than one.
+        counts: Option<(u64, u64)>,
     },
     /// An edit: the new request, its ticket and expiry.
     Edit {
         /// The new request's id.
         new_request_id: String,
-        /// The new request's ticket.
-        ticket_id: String,
-        /// The new request's approval validity.
-        expires_at: Timestamp,
+        /// The new request's ticket; `None` while it needs more approvals.
+        ticket_id: Option<String>,
+        /// The new request's approval validity (`None` while it needs more approvals).
+        expires_at: Option<Timestamp>,
+        /// (approvals counted, approvals required) of the new request, where its tool needs
+        /// more than one.
+        counts: Option<(u64, u64)>,
     },
     /// An authorization's verdict.
     Authorization(Grant),
@@ -163,10 +176,12 @@ impl Op {
             "authorize" => Ok(Op::Authorize(rid()?, AuthorizeRequest::from_map(body)?)),
             "revoke" => Ok(Op::Revoke(rid()?, RevokeRequest::from_map(body)?)),
             "follow_up" => Ok(Op::FollowUp(rid()?, FollowUpRequest::from_map(body)?)),
+            "break_glass" => Ok(Op::BreakGlass(rid()?, BreakGlassRequest::from_map(body)?)),
+            "review" => Ok(Op::Review(rid()?, ReviewRequest::from_map(body)?)),
             other => Err(Error::new(
                 ErrorCode::InvalidRequest,
                 format!(
-                    "unknown kind {q_other}: one of interrupt, decision, revoke, follow_up, authorize",
+                    "unknown kind {q_other}: one of interrupt, decision, revoke, follow_up, authorize, break_glass, review",
                     q_other = crate::codec::quoted(other)
                 ),
             )),

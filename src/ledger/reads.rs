@@ -36,6 +36,8 @@ pub struct RequestPage {
     pub records: Vec<(u64, Vec<u8>)>,
     /// The last seq of the page, present exactly when the page was cut and more records follow.
     pub next_after: Option<u64>,
+    /// The approvals its tool needs under the policy in force.
+    pub approvals_required: u64,
 }
 
 /// The most records of one page of a request or thread (and the default `limit`).
@@ -153,11 +155,24 @@ impl Ledger {
             bytes += leaf.len();
             records.push((seq, leaf));
         }
+        let approvals_required = match index::policy_seq(&*snap)? {
+            None => self.file_policy.for_tool(&state.tool).approvals_required,
+            Some(seq) => match self.cached_policy(seq) {
+                Some(p) => p.policy.for_tool(&state.tool).approvals_required,
+                None => {
+                    let (r, _) = index::record(&*snap, seq)?;
+                    super::governance::policy_of_record(&r)?
+                        .for_tool(&state.tool)
+                        .approvals_required
+                }
+            },
+        };
         Ok(RequestPage {
             request_id: request_id.to_string(),
             state,
             records,
             next_after,
+            approvals_required,
         })
     }
 

@@ -7,7 +7,6 @@ use serde_json::{Map, Value, json};
 use super::gate::{conflict, idem_conflict};
 use super::op::{Appended, Extra};
 use super::sequencer::Batch;
-use crate::clock::Timestamp;
 use crate::codec::ct_eq;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::jcs;
@@ -25,6 +24,13 @@ pub(super) fn same_follow_up(
         && stored.checkpoint_id.as_deref() == checkpoint_id
 }
 
+/// The (approvals, approvals_required) a decision record counts, where it counts them.
+pub(super) fn counts_of(r: &Record) -> Option<(u64, u64)> {
+    let n = r.body.get("approvals")?.as_u64()?;
+    let of = r.body.get("approvals_required")?.as_u64()?;
+    Some((n, of))
+}
+
 impl Batch<'_, '_, '_> {
     /// Whether `req` is the request that wrote `stored`. The action is compared through the
     /// stored digest's form, so redacted values are checked without being stored.
@@ -35,7 +41,7 @@ impl Batch<'_, '_, '_> {
     /// than the tool's (the original named it). Every pointer the replay names must have been
     /// applied, and an applied pointer the replay does not name must be one the policy applies
     /// by itself.
-    pub(super) fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> bool {
+    pub(super) fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> Result<bool> {
         let stored_digest = stored.body_str("action_digest").unwrap_or_default();
         let keyed = stored_digest.starts_with(crate::model::action::HMAC_PREFIX);
         let digest = req
@@ -52,7 +58,7 @@ impl Batch<'_, '_, '_> {
             .iter()
             .map(|d| json!(d.as_str()))
             .collect();
-        let policy = self.ledger.id.policy.for_tool(&req.action.tool);
+        let policy = self.policy()?.policy.for_tool(&req.action.tool);
         let secs = |t: u64| {
             i64::try_from(t)
                 .unwrap_or(i64::MAX)
@@ -69,7 +75,7 @@ impl Batch<'_, '_, '_> {
         let pointers_ok = applied
             .iter()
             .all(|p| req.redact.iter().any(|r| r == p) || policy.redact.iter().any(|r| r == p));
-        stored.thread_id == req.thread_id
+        Ok(stored.thread_id == req.thread_id
             && stored.checkpoint_ns == req.checkpoint_ns
             && stored.checkpoint_id == req.checkpoint_id
             && stored.body_str("interrupt_id") == Some(req.interrupt_id.as_str())
@@ -79,7 +85,7 @@ impl Batch<'_, '_, '_> {
             && req.redact.iter().all(|p| applied.contains(&p.as_str()))
             && pointers_ok
             && stored.body.get("allowed_decisions") == Some(&Value::Array(allowed))
-            && window_ok
+            && window_ok)
     }
 
     /// A decision sent again: the same one is a duplicate; another value is a conflict; the
@@ -109,13 +115,14 @@ impl Batch<'_, '_, '_> {
                 q_rid = crate::codec::quoted(rid)
             )));
         }
-        let ticket_id = stored.body_str("ticket_id").unwrap_or_default().to_string();
+        let ticket_id = stored.body_str("ticket_id").map(str::to_owned);
         match req.decision {
             DecisionKind::Approve => self.duplicate(
                 seq,
                 Extra::Decision {
                     ticket_id,
                     expires_at: stored.body_ts("expires_at"),
+                    counts: counts_of(&stored),
                 },
             ),
             DecisionKind::Reject => self.duplicate(
@@ -123,6 +130,7 @@ impl Batch<'_, '_, '_> {
                 Extra::Decision {
                     ticket_id,
                     expires_at: None,
+                    counts: None,
                 },
             ),
             DecisionKind::Edit => {
@@ -143,15 +151,19 @@ impl Batch<'_, '_, '_> {
                         q_rid = crate::codec::quoted(rid)
                     )));
                 }
-                let d2 = st2
-                    .decision
-                    .ok_or_else(|| Error::corrupt("an edit's new request has no approval"))?;
+                // The editor's approval of the new request: final, or partial while the
+                // edited tool needs more approvals.
+                let (approval, _) = match crate::index::approval_seq(&*self.view, &new_rid, &stored.actor.principal)? {
+                    Some(s2) => self.stored(s2)?,
+                    None => return Err(Error::corrupt("an edit's new request has no approval")),
+                };
                 self.duplicate(
                     seq,
                     Extra::Edit {
                         new_request_id: new_rid,
-                        ticket_id: d2.ticket_id,
-                        expires_at: Timestamp::from_micros(d2.expires_at.unwrap_or_default()),
+                        ticket_id: approval.body_str("ticket_id").map(str::to_owned),
+                        expires_at: approval.body_ts("expires_at"),
+                        counts: counts_of(&approval),
                     },
                 )
             }

@@ -225,6 +225,13 @@ impl Ledger {
                 ts,
                 appended: 0,
             };
+            // A log without a policy record (a ledger from before policy records) records its
+            // file's policy first; `init` records it itself, as its operator.
+            if !matches!(ops.first(), Some((Op::SetPolicy(_), _))) {
+                batch
+                    .record_file_policy_if_none(&Actor::system())
+                    .map_err(BatchError::Failed)?;
+            }
             let mut results = Vec::with_capacity(ops.len());
             for (op, actor) in ops {
                 let mut sp = batch.view.savepoint();
@@ -357,6 +364,42 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<Appended> {
         self.one(Op::FollowUp(request_id.into(), req), actor)
+    }
+
+    /// Records a policy document as the policy in force (an admin's).
+    ///
+    /// # Errors
+    /// `forbidden` for another role; storage errors.
+    pub fn set_policy(&self, policy: crate::model::policy::Policy, actor: &Actor) -> Result<Appended> {
+        self.one(Op::SetPolicy(Box::new(policy)), actor)
+    }
+
+    /// Opens an emergency grant for a request's own action (protocol section 7.6).
+    ///
+    /// # Errors
+    /// `request_not_found`, `forbidden`, `break_glass_not_allowed`,
+    /// `break_glass_action_mismatch`, `conflict`.
+    pub fn break_glass(
+        &self,
+        request_id: &str,
+        req: crate::model::request::BreakGlassRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::BreakGlass(request_id.into(), req), actor)
+    }
+
+    /// Records the post-event review of a request's break-glass decision.
+    ///
+    /// # Errors
+    /// `request_not_found`, `no_break_glass`, `reviewer_is_break_glass_user`,
+    /// `idempotency_conflict`.
+    pub fn review(
+        &self,
+        request_id: &str,
+        req: crate::model::request::ReviewRequest,
+        actor: &Actor,
+    ) -> Result<Appended> {
+        self.one(Op::Review(request_id.into(), req), actor)
     }
 
     /// Records every timeout that is due, in batches of at most

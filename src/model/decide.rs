@@ -10,6 +10,9 @@ use crate::model::state::{RequestState, Status};
 /// Why the gate denies, in check order (after `approval_pending`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Denial {
+    /// The request's tool or the presented action's tool is paused (before every ticket
+    /// check: the host routes the action to a manual operator).
+    ToolPaused,
     /// The request is open without a decision.
     Pending,
     /// No decision issued the ticket.
@@ -32,7 +35,8 @@ pub enum Denial {
 
 impl Denial {
     /// Every denial code, in check order.
-    pub const ALL: [Denial; 9] = [
+    pub const ALL: [Denial; 10] = [
+        Denial::ToolPaused,
         Denial::Pending,
         Denial::NotFound,
         Denial::RequestMismatch,
@@ -47,6 +51,7 @@ impl Denial {
     /// The contract's code.
     pub fn as_str(self) -> &'static str {
         match self {
+            Denial::ToolPaused => "tool_paused",
             Denial::Pending => "approval_pending",
             Denial::NotFound => "approval_not_found",
             Denial::RequestMismatch => "approval_request_mismatch",
@@ -144,9 +149,11 @@ pub fn evaluate(
 
 /// The gate's mode for one evaluation: observe only when both the request's tool and the
 /// presented action's tool are observed, so a request opened for an observed tool never lets
-/// an enforced tool's action through.
+/// an enforced tool's action through; paused when either is paused.
 pub fn mode(request_tool: Mode, action_tool: Mode) -> Mode {
-    if request_tool == Mode::Observe && action_tool == Mode::Observe {
+    if request_tool == Mode::Paused || action_tool == Mode::Paused {
+        Mode::Paused
+    } else if request_tool == Mode::Observe && action_tool == Mode::Observe {
         Mode::Observe
     } else {
         Mode::Enforce
@@ -171,9 +178,15 @@ impl Answer {
     }
 }
 
-/// The answer to `denial` in `mode`.
+/// The answer to `denial` in `mode`. In paused mode every evaluation is denied with
+/// `tool_paused`, whatever the ticket (the gate records it in enforce mode).
 pub fn answer(mode: Mode, denial: Option<Denial>) -> Answer {
     match (mode, denial) {
+        (Mode::Paused, _) => Answer {
+            granted: false,
+            code: Some(Denial::ToolPaused),
+            would_deny: None,
+        },
         (_, None) => Answer {
             granted: true,
             code: None,
@@ -224,6 +237,10 @@ mod tests {
             }),
             used: false,
             tenant: "host".into(),
+            opened_by: "host".into(),
+            approvals: vec![],
+            break_glass: None,
+            reviewed: false,
         }
     }
 
@@ -354,6 +371,17 @@ mod tests {
         assert_eq!(mode(Mode::Observe, Mode::Enforce), Mode::Enforce);
         assert_eq!(mode(Mode::Enforce, Mode::Observe), Mode::Enforce);
         assert_eq!(mode(Mode::Enforce, Mode::Enforce), Mode::Enforce);
+        for other in [Mode::Enforce, Mode::Observe, Mode::Paused] {
+            assert_eq!(mode(Mode::Paused, other), Mode::Paused);
+            assert_eq!(mode(other, Mode::Paused), Mode::Paused);
+        }
+    }
+
+    #[test]
+    fn paused_denies_even_a_valid_approval() {
+        let a = answer(Mode::Paused, None);
+        assert!(!a.granted && a.code == Some(Denial::ToolPaused) && a.would_deny.is_none());
+        assert!(!a.is_real_grant());
     }
 
     #[test]

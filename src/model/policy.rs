@@ -1,14 +1,20 @@
-//! Per-tool policy (spec section 5): review window, approval lifetime, gate mode, redaction.
+//! Per-tool policy (protocol section 12): review window, approval lifetime, gate mode,
+//! redaction, who may decide and how many must approve, and whether break-glass is allowed.
+//! The policy in force is a `policy` record of the log (its document is what [`Policy`]
+//! parses); a file is read only by `init`, and by a ledger that holds no policy record yet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::jcs;
+use crate::format::record::is_valid_id;
 use crate::model::action::parse_pointer;
 
-/// How the gate treats a tool's denials.
+/// How the gate treats a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -16,17 +22,24 @@ pub enum Mode {
     Enforce,
     /// Denials are answered as grants that record `would_deny` (for rolling the gate out).
     Observe,
+    /// Every action of the tool is denied with `tool_paused` (route it to a manual operator);
+    /// interrupts and decisions go on as usual.
+    Paused,
 }
 
 impl Mode {
-    /// `"enforce"` or `"observe"`.
+    /// `"enforce"`, `"observe"` or `"paused"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Enforce => "enforce",
             Mode::Observe => "observe",
+            Mode::Paused => "paused",
         }
     }
 }
+
+/// The prefix of an `approvers` entry naming a group of the tokens file.
+pub const GROUP_PREFIX: &str = "group:";
 
 /// The policy that applies to one tool, all fields resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +52,38 @@ pub struct ToolPolicy {
     pub mode: Mode,
     /// JSON Pointers redacted wherever they resolve.
     pub redact: Vec<String>,
+    /// Who may decide: principals and `group:` entries; `None` means every reviewer.
+    pub approvers: Option<Vec<String>>,
+    /// Distinct approvals needed before a ticket is issued (at least 1).
+    pub approvals_required: u64,
+    /// Whether a `break_glass` principal may open an emergency grant.
+    pub break_glass: bool,
+}
+
+impl ToolPolicy {
+    /// True when decisions on the tool are governed (approvers named, or more than one
+    /// approval needed): the reviewer must then not be the requester, and each approval
+    /// records who it counts for.
+    pub fn governed(&self) -> bool {
+        self.approvers.is_some() || self.approvals_required > 1
+    }
+
+    /// The `approvers` entry that admits `principal` (a member of `groups`): the principal
+    /// itself, else the first of its groups listed; `None` when none does, and when the tool
+    /// names no approvers (every reviewer may then decide; callers check
+    /// [`ToolPolicy::approvers`] first).
+    pub fn admitting(&self, principal: &str, groups: &[String]) -> Option<String> {
+        let list = self.approvers.as_ref()?;
+        if list.iter().any(|a| a == principal) {
+            return Some(principal.to_string());
+        }
+        list.iter()
+            .find(|a| {
+                a.strip_prefix(GROUP_PREFIX)
+                    .is_some_and(|g| groups.iter().any(|m| m == g))
+            })
+            .cloned()
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -48,6 +93,9 @@ struct PartialPolicy {
     approval_ttl_seconds: Option<u64>,
     mode: Option<Mode>,
     redact: Option<Vec<String>>,
+    approvers: Option<Vec<String>>,
+    approvals_required: Option<u64>,
+    break_glass: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -59,11 +107,20 @@ struct PolicyFile {
     tools: BTreeMap<String, PartialPolicy>,
 }
 
-/// The policy file, validated.
+/// A policy document, validated, with its canonical form.
 #[derive(Debug, Clone)]
 pub struct Policy {
     default: ToolPolicy,
     tools: BTreeMap<String, PartialPolicy>,
+    /// The document as recorded: the parsed input, canonical.
+    document: Value,
+}
+
+impl PartialEq for Policy {
+    /// Two policies are the same document (what is recorded), whatever their spelling.
+    fn eq(&self, other: &Policy) -> bool {
+        self.document == other.document
+    }
 }
 
 /// The policy `init` writes.
@@ -84,69 +141,88 @@ impl Default for Policy {
                 approval_ttl_seconds: 600,
                 mode: Mode::Enforce,
                 redact: Vec::new(),
+                approvers: None,
+                approvals_required: 1,
+                break_glass: false,
             },
             tools: BTreeMap::new(),
+            document: serde_json::json!({}),
         }
     }
 }
 
+fn invalid(m: impl Into<String>) -> Error {
+    Error::new(ErrorCode::InvalidPolicy, m)
+}
+
 impl Policy {
-    /// Parses and validates a policy document.
+    /// Parses and validates a policy document (strict JSON, as request bodies are read).
     ///
     /// # Errors
-    /// `usage` naming the problem: not JSON, an unknown field, a zero duration, a bad pointer.
+    /// `invalid_policy` naming the problem: not JSON or not canonicalizable, an unknown field,
+    /// a zero duration, an unknown mode, a bad pointer, a bad approver, an `approvals_required`
+    /// of 0 or above the number of named approvers.
     pub fn parse(text: &str) -> Result<Policy> {
-        let file: PolicyFile = serde_json::from_str(text)
-            .map_err(|e| Error::new(ErrorCode::Usage, format!("policy: {e}")))?;
-        let base = Policy::default().default;
-        let check = |name: &str, p: &PartialPolicy| -> Result<()> {
-            for (field, v) in [
-                ("review_window_seconds", p.review_window_seconds),
-                ("approval_ttl_seconds", p.approval_ttl_seconds),
-            ] {
-                if v == Some(0) {
-                    return Err(Error::new(
-                        ErrorCode::Usage,
-                        format!("policy {name}.{field} must be a positive integer"),
-                    ));
-                }
-            }
-            for ptr in p.redact.iter().flatten() {
-                parse_pointer(ptr).map_err(|e| {
-                    Error::new(
-                        ErrorCode::Usage,
-                        format!("policy {name}.redact: {}", e.message()),
-                    )
-                })?;
-            }
-            Ok(())
-        };
+        let value = jcs::parse(
+            text.as_bytes(),
+            jcs::ParseOptions {
+                reject_unsafe_integers: true,
+                max_depth: Some(16),
+            },
+        )
+        .map_err(|e| invalid(format!("policy: {e}")))?;
+        Policy::from_document(&value)
+    }
+
+    /// Validates a parsed document (a policy record's `policy` member).
+    ///
+    /// # Errors
+    /// As [`Policy::parse`].
+    pub fn from_document(value: &Value) -> Result<Policy> {
+        // Validated in its canonical form, the form that is recorded and that a verifier
+        // reads back (so `3600.0` is the integer 3600 for both).
+        let canonical = jcs::to_vec(value);
+        let document: Value = jcs::parse(&canonical, jcs::ParseOptions::default())
+            .map_err(|e| invalid(format!("policy: {e}")))?;
+        let file: PolicyFile = serde_json::from_value(document.clone())
+            .map_err(|e| invalid(format!("policy: {e}")))?;
         check("default", &file.default)?;
         for (tool, p) in &file.tools {
+            if !is_valid_id(tool) {
+                return Err(invalid(
+                    "policy tools: a tool name must be a valid id (1 to 256 bytes, no control character)",
+                ));
+            }
             check(&format!("tools.{tool}"), p)?;
         }
+        let base = Policy::default().default;
+        let d = &file.default;
         let default = ToolPolicy {
-            review_window_seconds: file
-                .default
-                .review_window_seconds
-                .unwrap_or(base.review_window_seconds),
-            approval_ttl_seconds: file
-                .default
-                .approval_ttl_seconds
-                .unwrap_or(base.approval_ttl_seconds),
-            mode: file.default.mode.unwrap_or(base.mode),
-            redact: file.default.redact.clone().unwrap_or_default(),
+            review_window_seconds: d.review_window_seconds.unwrap_or(base.review_window_seconds),
+            approval_ttl_seconds: d.approval_ttl_seconds.unwrap_or(base.approval_ttl_seconds),
+            mode: d.mode.unwrap_or(base.mode),
+            redact: d.redact.clone().unwrap_or_default(),
+            approvers: d.approvers.clone(),
+            approvals_required: d.approvals_required.unwrap_or(1),
+            break_glass: d.break_glass.unwrap_or(false),
         };
-        Ok(Policy {
+        let policy = Policy {
             default,
             tools: file.tools,
-        })
+            document,
+        };
+        // Each resolved tool (and the default) must be satisfiable.
+        check_resolved("default", &policy.default)?;
+        for tool in policy.tools.keys() {
+            check_resolved(&format!("tools.{tool}"), &policy.for_tool(tool))?;
+        }
+        Ok(policy)
     }
 
     /// Reads a policy file.
     ///
     /// # Errors
-    /// `usage` when the file cannot be read or is invalid.
+    /// `usage` when the file cannot be read; `invalid_policy` when it is invalid.
     pub fn load(path: &Path) -> Result<Policy> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::new(
@@ -157,10 +233,24 @@ impl Policy {
         Policy::parse(&text)
     }
 
+    /// The document as it is recorded (canonical JSON of what was given).
+    pub fn document(&self) -> &Value {
+        &self.document
+    }
+
+    /// `sha256:` and the lowercase hex SHA-256 of the document's canonical bytes: the
+    /// `policy_digest` of its record.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(jcs::to_vec(&self.document)))
+        )
+    }
+
     /// A fingerprint of what the policy decides: lowercase hex SHA-256 of the canonical JSON
-    /// of the resolved default and of each tool's resolved policy. Two policy files that
-    /// decide the same (whatever their spelling) have the same fingerprint; servers sharing
-    /// one database must run policies of one fingerprint.
+    /// of the resolved default and of each tool's resolved policy. Two documents that decide
+    /// the same (whatever their spelling) have the same fingerprint.
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
         let resolved = |p: &ToolPolicy| {
@@ -171,6 +261,9 @@ impl Policy {
                 "approval_ttl_seconds": p.approval_ttl_seconds,
                 "mode": p.mode.as_str(),
                 "redact": redact,
+                "approvers": p.approvers,
+                "approvals_required": p.approvals_required,
+                "break_glass": p.break_glass,
             })
         };
         let tools: serde_json::Map<String, serde_json::Value> = self
@@ -182,7 +275,13 @@ impl Policy {
         hex::encode(Sha256::digest(crate::format::jcs::to_vec(&doc)))
     }
 
-    /// The resolved policy of `tool`: its entry over the default, `redact` added to the default's.
+    /// The tools the document names, in name order.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// The resolved policy of `tool`: its entry over the default (field by field), `redact`
+    /// added to the default's.
     pub fn for_tool(&self, tool: &str) -> ToolPolicy {
         let mut p = self.default.clone();
         if let Some(t) = self.tools.get(tool) {
@@ -200,9 +299,75 @@ impl Policy {
                     p.redact.push(ptr.clone());
                 }
             }
+            if let Some(a) = &t.approvers {
+                p.approvers = Some(a.clone());
+            }
+            if let Some(n) = t.approvals_required {
+                p.approvals_required = n;
+            }
+            if let Some(b) = t.break_glass {
+                p.break_glass = b;
+            }
         }
         p
     }
+}
+
+fn check(name: &str, p: &PartialPolicy) -> Result<()> {
+    for (field, v) in [
+        ("review_window_seconds", p.review_window_seconds),
+        ("approval_ttl_seconds", p.approval_ttl_seconds),
+        ("approvals_required", p.approvals_required),
+    ] {
+        if v == Some(0) {
+            return Err(invalid(format!(
+                "policy {name}.{field} must be a positive integer"
+            )));
+        }
+    }
+    for ptr in p.redact.iter().flatten() {
+        parse_pointer(ptr)
+            .map_err(|e| invalid(format!("policy {name}.redact: {}", e.message())))?;
+    }
+    if let Some(list) = &p.approvers {
+        if list.is_empty() {
+            return Err(invalid(format!(
+                "policy {name}.approvers must name at least one principal or group (omit it to let every reviewer decide)"
+            )));
+        }
+        for (i, a) in list.iter().enumerate() {
+            let id = a.strip_prefix(GROUP_PREFIX).unwrap_or(a);
+            if !is_valid_id(id) {
+                return Err(invalid(format!(
+                    "policy {name}.approvers[{i}] must be a principal or \"group:<name>\" with a valid id"
+                )));
+            }
+            if list[..i].contains(a) {
+                return Err(invalid(format!(
+                    "policy {name}.approvers names {} twice",
+                    crate::codec::quoted(a)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A resolved tool's approvals must be reachable: with only principals named, no more
+/// approvals than principals (a group's size is the tokens file's, so a group makes any
+/// number reachable).
+fn check_resolved(name: &str, p: &ToolPolicy) -> Result<()> {
+    if let Some(list) = &p.approvers
+        && !list.iter().any(|a| a.starts_with(GROUP_PREFIX))
+        && p.approvals_required > list.len() as u64
+    {
+        return Err(invalid(format!(
+            "policy {name}: approvals_required {} is more than the {} approvers named",
+            p.approvals_required,
+            list.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -249,8 +414,61 @@ mod tests {
             r#"{"default": {"nope": 1}}"#,
             r#"{"tools": {"t": {"redact": [""]}}}"#,
             r#"{"default": {"approval_ttl_seconds": -5}}"#,
+            r#"{"default": {"approvals_required": 0}}"#,
+            r#"{"tools": {"t": {"approvers": ["a"], "approvals_required": 2}}}"#,
+            r#"{"default": {"approvers": ["a", "b"]}, "tools": {"t": {"approvals_required": 3}}}"#,
+            r#"{"tools": {"t": {"approvers": []}}}"#,
+            r#"{"tools": {"t": {"approvers": ["a", "a"]}}}"#,
+            r#"{"tools": {"t": {"approvers": ["group:"]}}}"#,
+            r#"{"tools": {"t": {"break_glass": "yes"}}}"#,
+            r#"{"tools": {"t": {"mode": "pause"}}}"#,
+            r#"{"tools": {"": {}}}"#,
+            r#"{"tools": {"t": {}}, "tools": {}}"#,
+            r#"{"default": {"approvals_required": 99999999999999999999}}"#,
         ] {
-            assert!(Policy::parse(bad).is_err(), "{bad}");
+            let e = Policy::parse(bad).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidPolicy, "{bad}");
         }
+    }
+
+    #[test]
+    fn approvers_two_person_and_break_glass_resolve_per_tool() {
+        let p = Policy::parse(
+            r#"{"default": {"approvers": ["group:ops"]},
+                "tools": {"wire": {"approvers": ["alice", "bob", "group:treasury"], "approvals_required": 2,
+                                   "break_glass": true, "mode": "paused"}}}"#,
+        )
+        .unwrap();
+        let w = p.for_tool("wire");
+        assert!(w.governed() && w.break_glass && w.mode == Mode::Paused);
+        assert_eq!(w.approvals_required, 2);
+        assert_eq!(w.admitting("bob", &[]), Some("bob".into()));
+        assert_eq!(
+            w.admitting("carol", &["treasury".into()]),
+            Some("group:treasury".into())
+        );
+        assert_eq!(w.admitting("carol", &["ops".into()]), None);
+        let other = p.for_tool("other");
+        assert_eq!(other.approvals_required, 1);
+        assert!(!other.break_glass);
+        assert_eq!(
+            other.admitting("dan", &["ops".into()]),
+            Some("group:ops".into())
+        );
+        let plain = Policy::parse(INITIAL_POLICY).unwrap().for_tool("refund");
+        assert!(!plain.governed());
+    }
+
+    #[test]
+    fn the_document_is_recorded_canonical_with_its_digest() {
+        let a = Policy::parse(r#"{ "tools": {"t": {"approval_ttl_seconds": 60.0}}, "default": {} }"#)
+            .unwrap();
+        assert_eq!(
+            crate::format::jcs::to_vec(a.document()),
+            br#"{"default":{},"tools":{"t":{"approval_ttl_seconds":60}}}"#
+        );
+        assert!(a.digest().starts_with("sha256:") && a.digest().len() == 71);
+        let b = Policy::from_document(a.document()).unwrap();
+        assert_eq!(a.digest(), b.digest());
     }
 }

@@ -451,6 +451,88 @@ impl RevokeRequest {
     }
 }
 
+/// `POST /v1/requests/{id}/break-glass` (protocol section 7.6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakGlassRequest {
+    /// The one action the emergency grant is for: the request's own.
+    pub action: Action,
+    /// The operator's stated intent (non-empty).
+    pub reason: String,
+}
+
+impl BreakGlassRequest {
+    /// Decodes and validates a break-glass body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(map, &["action", "reason"])?;
+        let action = Action::from_value(f.req("action")?)?;
+        let reason = f.req_str("reason")?;
+        Ok(BreakGlassRequest {
+            action,
+            reason: f.non_empty("reason", reason)?,
+        })
+    }
+}
+
+/// A post-event review's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The break-glass use was justified.
+    Acknowledged,
+    /// It was not; the review says why.
+    Disputed,
+}
+
+impl Verdict {
+    /// `"acknowledged"` or `"disputed"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Acknowledged => "acknowledged",
+            Verdict::Disputed => "disputed",
+        }
+    }
+}
+
+/// `POST /v1/requests/{id}/review`: the post-event review of a break-glass decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewRequest {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why (non-empty).
+    pub rationale: String,
+}
+
+impl ReviewRequest {
+    /// Decodes and validates a review body.
+    ///
+    /// # Errors
+    /// `unknown_field`, `missing_field`, `invalid_request`.
+    pub fn from_map(map: Map<String, Value>) -> Result<Self> {
+        let f = Fields::new(map, &["verdict", "rationale"])?;
+        let v = f.req_str("verdict")?;
+        let verdict = match v.as_str() {
+            "acknowledged" => Verdict::Acknowledged,
+            "disputed" => Verdict::Disputed,
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "verdict {q} is not \"acknowledged\" or \"disputed\"",
+                        q = crate::codec::quoted(&v)
+                    ),
+                ));
+            }
+        };
+        let rationale = f.req_str("rationale")?;
+        Ok(ReviewRequest {
+            verdict,
+            rationale: f.non_empty("rationale", rationale)?,
+        })
+    }
+}
+
 /// `POST /v1/requests/{id}/follow-ups`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FollowUpRequest {

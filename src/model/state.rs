@@ -3,6 +3,7 @@
 //! this computes; the gate asks it before writing.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::format::record::{Kind, Record};
 
@@ -52,6 +53,15 @@ pub struct DecisionInfo {
     pub seq: u64,
 }
 
+/// One approval counted toward a request's `approvals_required` (protocol section 7.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The reviewer.
+    pub principal: String,
+    /// Seq of its `decision` record (partial or final; an edit's for the editor).
+    pub seq: u64,
+}
+
 /// One request's state, derived from its records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestState {
@@ -88,6 +98,15 @@ pub struct RequestState {
     /// The tenant the request belongs to: its interrupt's recorded tenant, else the
     /// interrupt's principal; for an edit's new request, the original's (protocol 11.2).
     pub tenant: String,
+    /// The principal that opened the request (its interrupt's actor; for an edit's new
+    /// request, the original's): never one of its approvers under a governed tool.
+    pub opened_by: String,
+    /// The approvals counted so far, in order: partial approvals, and the final one.
+    pub approvals: Vec<Approval>,
+    /// Seq of the request's break-glass decision, if it was closed by one.
+    pub break_glass: Option<u64>,
+    /// Whether that break-glass decision has its post-event review.
+    pub reviewed: bool,
 }
 
 impl RequestState {
@@ -122,7 +141,16 @@ impl RequestState {
             decision: None,
             used: false,
             tenant: r.actor.tenant_name().to_owned(),
+            opened_by: r.actor.principal.clone(),
+            approvals: Vec::new(),
+            break_glass: None,
+            reviewed: false,
         }
+    }
+
+    /// True when `principal` has an approval counted on the request.
+    pub fn approved_by(&self, principal: &str) -> bool {
+        self.approvals.iter().any(|a| a.principal == principal)
     }
 
     /// Applies a later record of the request (at `seq`) and says what changed. Records are
@@ -132,6 +160,13 @@ impl RequestState {
         let was_open = self.status == Status::Open;
         let mut t = Transition::default();
         match r.kind {
+            Kind::Decision if r.body.get("ticket_id").is_some_and(Value::is_null) => {
+                // A partial approval: counted, issuing nothing; the request stays open.
+                self.approvals.push(Approval {
+                    principal: r.actor.principal.clone(),
+                    seq,
+                });
+            }
             Kind::Decision | Kind::Rejection => {
                 let decision = if r.kind == Kind::Rejection {
                     "reject".to_string()
@@ -151,8 +186,20 @@ impl RequestState {
                     superseded_by: r.body_str("superseded_by").map(str::to_owned),
                     seq,
                 });
+                if self.status == Status::Approved {
+                    self.approvals.push(Approval {
+                        principal: r.actor.principal.clone(),
+                        seq,
+                    });
+                }
+                if r.body.get("break_glass") == Some(&Value::Bool(true)) {
+                    self.break_glass = Some(seq);
+                }
                 t.ticket = Some(ticket);
                 t.closed = was_open;
+            }
+            Kind::Review => {
+                self.reviewed = true;
             }
             Kind::Timeout => {
                 self.status = Status::TimedOut;
@@ -167,7 +214,7 @@ impl RequestState {
                     self.used = true;
                 }
             }
-            Kind::FollowUp | Kind::Refusal | Kind::Interrupt => {}
+            Kind::FollowUp | Kind::Refusal | Kind::Interrupt | Kind::Policy => {}
         }
         t
     }
@@ -237,7 +284,7 @@ mod tests {
     use super::*;
     use crate::clock::Timestamp;
     use crate::format::record::{Actor, ZERO_HASH};
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     fn rec(kind: Kind, body: Value) -> Record {
         Record {

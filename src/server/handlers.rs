@@ -20,7 +20,7 @@ use crate::ledger::{Ledger, Op, Outcome, Refusal};
 use crate::server::tokens::{Role, TokenEntry, token_hash};
 use crate::wire;
 
-fn json_response(status: u16, v: &Value) -> Response {
+pub(super) fn json_response(status: u16, v: &Value) -> Response {
     json_text_response(status, v.to_string())
 }
 
@@ -129,9 +129,21 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
     let method = req.method().clone();
     // Decided on the decoded path, so `/%76%31/...` is the same `/v1/...` for the append-only rule.
     let is_v1 = segs.first().is_some_and(|s| s.as_deref() == Some("v1"));
+    if method == Method::PUT && matched == Some(Route::Policy) {
+        // The one `PUT` of the API: an admin records a policy; any other role's attempt is
+        // refused with `forbidden` and recorded like every refused write.
+        if entry.role != Role::Admin {
+            return refuse_write(st, &method, &path, &segs, actor, "GET", ErrorCode::Forbidden)
+                .await;
+        }
+        return match super::governance::put_policy(st, req, actor).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e, None),
+        };
+    }
     if is_v1 && (method == Method::PUT || method == Method::PATCH || method == Method::DELETE) {
         let allow = matched.as_ref().map_or("GET, POST", Route::allow);
-        return refuse_write(st, &method, &path, &segs, actor, allow).await;
+        return refuse_write(st, &method, &path, &segs, actor, allow, ErrorCode::AppendOnly).await;
     }
     let Some(route) = matched else {
         return error_response(
@@ -139,6 +151,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
             None,
         );
     };
+    // Every route answers one method (the policy's PUT was handled above).
     let expected = if route.allow() == "POST" {
         Method::POST
     } else {
@@ -181,6 +194,7 @@ async fn refuse_write(
     segs: &[Option<String>],
     actor: Actor,
     allow: &str,
+    code: ErrorCode,
 ) -> Response {
     let valid = |i: usize| {
         segs.get(i)
@@ -196,22 +210,30 @@ async fn refuse_write(
     let refusal = Refusal {
         method: method.as_str().to_string(),
         path: path.chars().take(2048).collect(),
-        error: ErrorCode::AppendOnly.as_str().to_string(),
+        error: code.as_str().to_string(),
         request_id,
         thread_id,
     };
-    let err = Error::new(
-        ErrorCode::AppendOnly,
-        format!("the ledger is append-only: {method} is refused, and the attempt is recorded"),
-    );
+    let err = if code == ErrorCode::AppendOnly {
+        Error::new(
+            code,
+            format!("the ledger is append-only: {method} is refused, and the attempt is recorded"),
+        )
+    } else {
+        Error::new(
+            code,
+            format!("only an admin may {method} {path}; the attempt is recorded"),
+        )
+    };
     if let Err(e) = submit(st, Op::Refusal(refusal), actor).await {
         tracing::error!(error = %e, "could not record a refusal");
         return error_response(&e, None);
     }
-    error_response(&err, Some(allow))
+    let allow = (code == ErrorCode::AppendOnly).then_some(allow);
+    error_response(&err, allow)
 }
 
-async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
+pub(super) async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
     // An idle writer: commit here (blocking this worker for the sync, which the multi-thread
     // runtime allows), no hand-off to the writer thread and back.
     let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
@@ -249,7 +271,7 @@ async fn submit(st: &Arc<AppState>, op: Op, actor: Actor) -> Result<Outcome> {
 }
 
 /// Answers a request of a tenant the caller does not reach as one that does not exist.
-async fn reach_request(st: &Arc<AppState>, actor: &Actor, rid: &str) -> Result<()> {
+pub(super) async fn reach_request(st: &Arc<AppState>, actor: &Actor, rid: &str) -> Result<()> {
     if actor.reach == Reach::All {
         return Ok(());
     }
@@ -276,7 +298,7 @@ fn path_id(field: &str, id: &str) -> Result<()> {
     check_id(field, id)
 }
 
-fn appended_response(o: Outcome) -> Response {
+pub(super) fn appended_response(o: Outcome) -> Response {
     match o {
         Outcome::Appended(a) => json_text_response(a.http_status(), a.to_json_text()),
         Outcome::Swept(v) => json_response(
@@ -286,7 +308,7 @@ fn appended_response(o: Outcome) -> Response {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     st: &Arc<AppState>,
     f: impl FnOnce(&Ledger) -> Result<T> + Send + 'static,
 ) -> Result<T> {
@@ -404,6 +426,11 @@ async fn dispatch(
                 &wire::consistency(&blocking(st, move |l| l.consistency_proof(from, to)).await?),
             ))
         }
+        Route::Policy
+        | Route::PolicyHistory
+        | Route::BreakGlass(_)
+        | Route::Review(_)
+        | Route::BreakGlassReviews => super::governance::dispatch(st, route, req, actor).await,
         Route::Metrics => {
             let mut text = st.ledger.metrics().render();
             text.push_str(&format!(
@@ -422,7 +449,7 @@ async fn dispatch(
     }
 }
 
-async fn write_route(
+pub(super) async fn write_route(
     st: &Arc<AppState>,
     kind: &str,
     rid: String,

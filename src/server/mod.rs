@@ -12,6 +12,7 @@
 mod body;
 pub mod console;
 pub mod events;
+mod governance;
 mod handlers;
 pub mod routes;
 pub mod tokens;

@@ -37,6 +37,17 @@ pub enum Route {
     Events,
     /// `GET /metrics`.
     Metrics,
+    /// `GET /v1/policy` (every role), `PUT /v1/policy` (admin).
+    Policy,
+    /// `GET /v1/policy/history`.
+    PolicyHistory,
+    /// `POST /v1/requests/{id}/break-glass` (the `break_glass` role; the gate checks it, so an
+    /// attempt by any other role is recorded).
+    BreakGlass(String),
+    /// `POST /v1/requests/{id}/review`.
+    Review(String),
+    /// `GET /v1/reviews/break-glass`.
+    BreakGlassReviews,
 }
 
 impl Route {
@@ -47,7 +58,10 @@ impl Route {
             | Route::Decision(_)
             | Route::Authorize(_)
             | Route::Revoke(_)
-            | Route::FollowUps(_) => "POST",
+            | Route::FollowUps(_)
+            | Route::BreakGlass(_)
+            | Route::Review(_) => "POST",
+            Route::Policy => "GET, PUT",
             _ => "GET",
         }
     }
@@ -58,10 +72,31 @@ impl Route {
             Route::Interrupts | Route::Authorize(_) | Route::Revoke(_) | Route::FollowUps(_) => {
                 &[Role::Agent]
             }
-            Route::Decision(_) => &[Role::Reviewer],
-            Route::Request(_) | Route::Pending => &[Role::Reviewer, Role::Auditor],
+            Route::Decision(_) | Route::Review(_) => &[Role::Reviewer],
+            Route::Request(_) => &[Role::Reviewer, Role::Auditor, Role::BreakGlass],
+            Route::Pending | Route::PolicyHistory | Route::BreakGlassReviews => {
+                &[Role::Reviewer, Role::Auditor]
+            }
+            Route::BreakGlass(_) => &[
+                Role::Agent,
+                Role::Reviewer,
+                Role::Auditor,
+                Role::BreakGlass,
+            ],
+            Route::Policy => &[
+                Role::Agent,
+                Role::Reviewer,
+                Role::Auditor,
+                Role::BreakGlass,
+            ],
             Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
-            Route::Checkpoint | Route::Inclusion | Route::Consistency | Route::Events => {
+            Route::Checkpoint => &[
+                Role::Agent,
+                Role::Reviewer,
+                Role::Auditor,
+                Role::BreakGlass,
+            ],
+            Route::Inclusion | Route::Consistency | Route::Events => {
                 &[Role::Agent, Role::Reviewer, Role::Auditor]
             }
             Route::Metrics => &[],
@@ -100,6 +135,11 @@ pub fn match_route(segs: &[Option<String>]) -> Option<Route> {
         ["v1", "requests", _, "authorize"] => Route::Authorize(id(2)),
         ["v1", "requests", _, "revoke"] => Route::Revoke(id(2)),
         ["v1", "requests", _, "follow-ups"] => Route::FollowUps(id(2)),
+        ["v1", "requests", _, "break-glass"] => Route::BreakGlass(id(2)),
+        ["v1", "requests", _, "review"] => Route::Review(id(2)),
+        ["v1", "policy"] => Route::Policy,
+        ["v1", "policy", "history"] => Route::PolicyHistory,
+        ["v1", "reviews", "break-glass"] => Route::BreakGlassReviews,
         ["v1", "requests", _] => Route::Request(id(2)),
         ["v1", "pending"] => Route::Pending,
         ["v1", "threads", _, "records"] => Route::ThreadRecords(id(2)),

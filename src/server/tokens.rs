@@ -21,8 +21,12 @@ pub enum Role {
     Reviewer,
     /// Auditors: reading threads, exports, requests.
     Auditor,
-    /// Every route.
+    /// Every route but break-glass.
     Admin,
+    /// Break-glass operators: the emergency grant of one request's own action, and nothing
+    /// else (protocol section 7.6). Never an agent's or an admin's token.
+    #[serde(rename = "break_glass")]
+    BreakGlass,
 }
 
 impl Role {
@@ -33,6 +37,7 @@ impl Role {
             Role::Reviewer => "reviewer",
             Role::Auditor => "auditor",
             Role::Admin => "admin",
+            Role::BreakGlass => "break_glass",
         }
     }
 
@@ -46,10 +51,11 @@ impl Role {
             "reviewer" => Ok(Role::Reviewer),
             "auditor" => Ok(Role::Auditor),
             "admin" => Ok(Role::Admin),
+            "break_glass" => Ok(Role::BreakGlass),
             _ => Err(Error::new(
                 ErrorCode::Usage,
                 format!(
-                    "role {q_s} is not one of agent, reviewer, auditor, admin",
+                    "role {q_s} is not one of agent, reviewer, auditor, admin, break_glass",
                     q_s = crate::codec::quoted(s)
                 ),
             )),
@@ -73,6 +79,10 @@ pub struct TokenEntry {
     /// The tenants a reviewer, auditor or admin token is limited to; every tenant when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenants: Option<Vec<String>>,
+    /// The groups a reviewer or admin token's principal belongs to, for the tools'
+    /// `approvers` (`group:<name>` entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
 }
 
 impl TokenEntry {
@@ -81,7 +91,8 @@ impl TokenEntry {
     pub fn actor(&self) -> Actor {
         match self.role {
             Role::Agent => Actor::agent(self.principal.clone(), self.tenant.as_deref()),
-            r => Actor::with_role(self.principal.clone(), r.as_str(), self.tenants.clone()),
+            r => Actor::with_role(self.principal.clone(), r.as_str(), self.tenants.clone())
+                .in_groups(self.groups.clone().unwrap_or_default()),
         }
     }
 
@@ -118,6 +129,23 @@ impl TokenEntry {
             }
             for t in ts {
                 check_id("tenant", t)?;
+            }
+        }
+        if let Some(gs) = &self.groups {
+            if !matches!(self.role, Role::Reviewer | Role::Admin) {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "groups are for reviewer and admin tokens (the tools' approvers)",
+                ));
+            }
+            if gs.is_empty() {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "groups must name at least one group (omit it for none)",
+                ));
+            }
+            for g in gs {
+                check_id("group", g)?;
             }
         }
         Ok(())
@@ -216,6 +244,21 @@ impl Tokens {
 /// # Errors
 /// `invalid_identifier` for a bad principal; storage errors.
 pub fn add_token(path: &Path, principal: &str, role: Role, tenants: &[String]) -> Result<String> {
+    add_token_in_groups(path, principal, role, tenants, &[])
+}
+
+/// As [`add_token`], the principal a member of `groups` (reviewer and admin tokens; the tools'
+/// `approvers` name groups as `group:<name>`).
+///
+/// # Errors
+/// As [`add_token`]; `usage` for groups on another role.
+pub fn add_token_in_groups(
+    path: &Path,
+    principal: &str,
+    role: Role,
+    tenants: &[String],
+    groups: &[String],
+) -> Result<String> {
     let (tenant, tenants) = match (role, tenants) {
         (_, []) => (None, None),
         (Role::Agent, [t]) => (Some(t.clone()), None),
@@ -233,6 +276,7 @@ pub fn add_token(path: &Path, principal: &str, role: Role, tenants: &[String]) -
         role,
         tenant,
         tenants,
+        groups: (!groups.is_empty()).then(|| groups.to_vec()),
     };
     entry.check()?;
     let mut file: TokensFile = if path.exists() {

@@ -264,36 +264,6 @@ impl PgEngine {
         Ok(self.compare(&row?))
     }
 
-    /// Records this server's policy fingerprint as the database's (after a policy change,
-    /// run once while every server is stopped; then copy the policy to each server).
-    ///
-    /// # Errors
-    /// Engine errors; [`StorageError::Incompatible`] when the origin or key differ.
-    pub fn adopt_policy(&self) -> Result<(), StorageError> {
-        let mut c = connect(&self.config)?;
-        let mut tx = c.transaction().map_err(engine_err("adopting the policy"))?;
-        let row = tx
-            .query_one(
-                "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1 FOR UPDATE",
-                &[],
-            )
-            .map_err(engine_err("adopting the policy"))?;
-        let found = LedgerRow {
-            origin: row.get(0),
-            verifier_key: row.get(1),
-            policy_sha256: self.expect.policy_sha256.clone(),
-        };
-        if let Some(m) = self.compare(&found) {
-            return Err(StorageError::Incompatible(m));
-        }
-        tx.execute(
-            "UPDATE hitl_ledger SET policy_sha256 = $1 WHERE id = 1",
-            &[&self.expect.policy_sha256],
-        )
-        .map_err(engine_err("adopting the policy"))?;
-        tx.commit().map_err(engine_err("adopting the policy"))
-    }
-
     fn compare(&self, found: &LedgerRow) -> Option<String> {
         let e = &self.expect;
         if found.origin != e.origin {
@@ -309,12 +279,8 @@ impl PgEngine {
                 e.verifier_key, found.verifier_key
             ));
         }
-        if found.policy_sha256 != e.policy_sha256 {
-            return Some(format!(
-                "this server's policy (SHA-256 {}) is not the one the database records ({}); copy the policy every server runs, or record this one with `hitl-ledger adopt-policy` while the other servers are stopped",
-                e.policy_sha256, found.policy_sha256
-            ));
-        }
+        // The policy is the log's (its `policy` records), the same for every server; the row's
+        // `policy_sha256` is the fingerprint of the policy `init` recorded, kept for reference.
         None
     }
 

@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod chain;
+mod governance;
 pub mod index_cmp;
 pub mod rules;
 pub mod trusted;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
+use super::governance::{Governance, RequestGov, principal_key, tool_key};
 use crate::format::merkle::Hash;
 use crate::format::record::{Kind, Record, parse_hex_hash};
 
@@ -16,9 +17,9 @@ use crate::format::record::{Kind, Record, parse_hex_hash};
 /// the entries are fixed-size (no heap allocation per id; docs/performance.md, "Memory"), and
 /// two ids share a key only through a SHA-256 collision. Messages quote the ids of the record
 /// being judged, never a key.
-type Key = [u8; 32];
+pub(super) type Key = [u8; 32];
 
-fn key(domain: &[u8], id: &str) -> Key {
+pub(super) fn key(domain: &[u8], id: &str) -> Key {
     let mut h = Sha256::new();
     h.update(domain);
     h.update([0u8]);
@@ -79,6 +80,8 @@ struct RequestRules {
     digest: DigestKey,
     closed: Option<Closed>,
     revoked: bool,
+    /// What the governance rules keep.
+    gov: RequestGov,
 }
 
 /// What kind of decision issued a ticket.
@@ -109,6 +112,8 @@ pub struct RuleReplay {
     tickets: HashMap<Key, TicketRules>,
     /// The request of every record that names one, by leaf hash.
     records: HashMap<Hash, Key>,
+    /// The policy in force.
+    gov: Governance,
 }
 
 fn micros(r: &Record, field: &str) -> Option<i64> {
@@ -136,16 +141,19 @@ impl RuleReplay {
     /// outcome is forbidden, or `None`. A forbidden record changes no state, so each later
     /// record is judged against what the rules allowed.
     pub fn step(&mut self, r: &Record, leaf_hash: &Hash) -> Option<String> {
+        if r.kind == Kind::Policy {
+            return self.gov.policy_record(r, leaf_hash);
+        }
         let rid = r.request_id.as_deref()?;
         let rkey = request_key(rid);
-        let verdict = self.judge(r, rid, rkey);
+        let verdict = self.judge(r, rid, rkey, leaf_hash);
         if verdict.is_none() {
             self.records.insert(*leaf_hash, rkey);
         }
         verdict
     }
 
-    fn judge(&mut self, r: &Record, rid: &str, rkey: Key) -> Option<String> {
+    fn judge(&mut self, r: &Record, rid: &str, rkey: Key, leaf_hash: &Hash) -> Option<String> {
         let ts = r.ts.micros();
         if r.kind == Kind::Interrupt {
             if self.requests.contains_key(&rkey) {
@@ -154,6 +162,14 @@ impl RuleReplay {
                     q_rid = crate::codec::quoted(rid)
                 ));
             }
+            if let Some(v) = self.gov.interrupt(r) {
+                return Some(v);
+            }
+            // An edit's new request keeps the original's opener (the editor wrote it).
+            let opener = r
+                .body_str("edit_of")
+                .and_then(|o| self.requests.get(&request_key(o)))
+                .map_or_else(|| principal_key(&r.actor.principal), |o| o.gov.opener);
             self.requests.insert(
                 rkey,
                 RequestRules {
@@ -161,6 +177,13 @@ impl RuleReplay {
                     digest: DigestKey::of(r.body_str("action_digest").unwrap_or_default()),
                     closed: None,
                     revoked: false,
+                    gov: RequestGov {
+                        opener,
+                        tool: tool_key(r.body_str("tool").unwrap_or_default()),
+                        approvals: Vec::new(),
+                        break_glass: None,
+                        reviewed: false,
+                    },
                 },
             );
             return None;
@@ -186,6 +209,25 @@ impl RuleReplay {
                         "rule 3b: a closing record of request {q_rid} at or after the review deadline",
                         q_rid = crate::codec::quoted(rid)
                     ));
+                }
+                if r.kind == Kind::Decision {
+                    if let Some(v) = self.gov.decision(r, &req.gov, rid) {
+                        return Some(v);
+                    }
+                    if r.body.get("ticket_id").is_some_and(|v| v.is_null()) {
+                        // A partial approval: counted, closing nothing.
+                        let actor = principal_key(&r.actor.principal);
+                        if let Some(q) = self.requests.get_mut(&rkey) {
+                            q.gov.approvals.push(actor);
+                        }
+                        return None;
+                    }
+                    if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true))
+                        && let Some(q) = self.requests.get_mut(&rkey)
+                    {
+                        q.gov.break_glass =
+                            Some(Box::new((*leaf_hash, principal_key(&r.actor.principal))));
+                    }
                 }
                 let ticket = r.body_str("ticket_id").unwrap_or_default();
                 let tkey = ticket_key(ticket);
@@ -276,7 +318,16 @@ impl RuleReplay {
                     )),
                 }
             }
-            Kind::Refusal | Kind::Interrupt => None,
+            Kind::Review => {
+                let verdict = self.gov.review(r, &req.gov, rid);
+                if verdict.is_none()
+                    && let Some(q) = self.requests.get_mut(&rkey)
+                {
+                    q.gov.reviewed = true;
+                }
+                verdict
+            }
+            Kind::Refusal | Kind::Interrupt | Kind::Policy => None,
         }
     }
 
@@ -285,10 +336,16 @@ impl RuleReplay {
     fn grant(&mut self, r: &Record, rid: &str, rkey: Key, ts: i64) -> Option<String> {
         let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
         let observed = r.body.get("would_deny").is_some_and(|v| !v.is_null());
+        let req = self.requests.get(&rkey)?;
+        if granted && self.gov.paused(&req.gov.tool) {
+            return Some(format!(
+                "rule 6f: a grant in request {q_rid}, whose tool is paused",
+                q_rid = crate::codec::quoted(rid)
+            ));
+        }
         if !granted || observed {
             return None;
         }
-        let req = self.requests.get(&rkey)?;
         let ticket_id = r.body_str("ticket_id").unwrap_or_default();
         let tkey = ticket_key(ticket_id);
         let ticket = self

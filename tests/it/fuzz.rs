@@ -1387,13 +1387,13 @@ impl Ctx {
                 }
             }
             match &a.extra {
-                Extra::Decision { ticket_id, .. } => self.tickets.push(ticket_id.clone()),
+                Extra::Decision { ticket_id, .. } => self.tickets.extend(ticket_id.clone()),
                 Extra::Edit {
                     new_request_id,
                     ticket_id,
                     ..
                 } => {
-                    self.tickets.push(ticket_id.clone());
+                    self.tickets.extend(ticket_id.clone());
                     if let Some(Op::Decide(_, d)) = op
                         && let Some(edited) = &d.edited_action
                     {

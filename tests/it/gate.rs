@@ -135,7 +135,7 @@ fn denied_approval_superseded_and_edits_never_cross() {
             new_request_id,
             ticket_id,
             ..
-        } => (new_request_id.clone(), ticket_id.clone()),
+        } => (new_request_id.clone(), ticket_id.clone().expect("a ticket")),
         other => panic!("{other:?}"),
     };
     let t1 = a.record.body_str("ticket_id").unwrap().to_string();
@@ -412,7 +412,7 @@ fn two_executors_racing_get_exactly_one_grant_1000_rounds() {
         .execute(ops)
         .into_iter()
         .map(|r| match r.unwrap().appended().unwrap().extra {
-            Extra::Decision { ticket_id, .. } => ticket_id,
+            Extra::Decision { ticket_id, .. } => ticket_id.expect("a ticket"),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -13,7 +13,7 @@ const RANKS: [(&str, u8); 12] = [
     ("format", 2),
     ("storage", 2),
     ("model", 3),
-    ("verify", 3),
+    ("verify", 4),
     ("index", 4),
     ("ledger", 5),
     ("audit", 6),

@@ -387,7 +387,11 @@ fn spliced_answers_are_the_built_answers() {
     let approval = l
         .decide("s1", decision("approve", Some("ok")), &reviewer())
         .unwrap();
-    let Extra::Decision { ticket_id, .. } = approval.extra.clone() else {
+    let Extra::Decision {
+        ticket_id: Some(ticket_id),
+        ..
+    } = approval.extra.clone()
+    else {
         panic!("not a decision: {:?}", approval.extra);
     };
     answers.push(approval);

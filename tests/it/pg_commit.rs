@@ -294,7 +294,7 @@ fn an_authorize_whose_commit_is_cut_is_answered_its_grant() {
         .decide("r", decision("approve", None), &reviewer())
         .unwrap();
     let ticket = match decided.extra {
-        hitl_ledger::ledger::Extra::Decision { ticket_id, .. } => ticket_id,
+        hitl_ledger::ledger::Extra::Decision { ticket_id, .. } => ticket_id.expect("a ticket"),
         other => panic!("not a decision: {other:?}"),
     };
     hold_commits(&cluster.url, &db);

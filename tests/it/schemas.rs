@@ -721,7 +721,9 @@ impl Run<'_> {
 
 fn ticket(a: &Appended) -> String {
     match &a.extra {
-        Extra::Decision { ticket_id, .. } | Extra::Edit { ticket_id, .. } => ticket_id.clone(),
+        Extra::Decision { ticket_id, .. } | Extra::Edit { ticket_id, .. } => {
+            ticket_id.clone().expect("a ticket")
+        }
         other => panic!("no ticket: {other:?}"),
     }
 }
@@ -798,7 +800,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     );
     let Extra::Edit {
         new_request_id,
-        ticket_id: new_ticket,
+        ticket_id: Some(new_ticket),
         ..
     } = edit.extra.clone()
     else {

@@ -220,7 +220,7 @@ fn an_edits_new_request_is_the_originals_tenants() {
     let a = f.l().decide("r", d, &reviewer()).unwrap();
     let hitl_ledger::ledger::Extra::Edit {
         new_request_id,
-        ticket_id,
+        ticket_id: Some(ticket_id),
         ..
     } = a.extra
     else {

@@ -97,11 +97,15 @@ impl Fixture {
 
     pub fn with_origin(origin: &str, policy: Option<&str>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        Ledger::init_with(dir.path(), origin, crate::engine::for_new_ledger()).unwrap();
-        if let Some(p) = policy {
-            std::fs::write(dir.path().join("policy.json"), p).unwrap();
-        }
         let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
+        Ledger::init_at(
+            dir.path(),
+            origin,
+            crate::engine::for_new_ledger(),
+            Arc::new(clock.clone()),
+            policy,
+        )
+        .unwrap();
         let mut f = Fixture {
             dir,
             clock,
@@ -133,16 +137,21 @@ impl Fixture {
 
     pub fn reopen(&mut self) {
         self.close();
-        // A test that rewrote policy.json changes the policy: on PostgreSQL every server's
-        // policy must be the database's, so the change is recorded as an operator would.
-        if crate::engine::database_of(self.dir.path()).is_some() {
-            Ledger::adopt_policy(self.dir.path()).unwrap();
-        }
         let opts = LedgerOptions {
             clock: Arc::new(self.clock.clone()),
             policy_path: None,
         };
-        self.ledger = Some(Arc::new(Ledger::open_with(self.dir.path(), opts).unwrap()));
+        let ledger = Ledger::open_with(self.dir.path(), opts).unwrap();
+        // A test that rewrote policy.json changes the policy as an operator would: the policy
+        // is the log's, so the file's document is recorded (`hitl-ledger policy set`).
+        let file = hitl_ledger::model::policy::Policy::load(&self.dir.path().join("policy.json"))
+            .unwrap();
+        if ledger.policy_in_force().unwrap().policy.digest() != file.digest() {
+            ledger
+                .set_policy(file, &Actor::with_role("local:test", "admin", None))
+                .unwrap();
+        }
+        self.ledger = Some(Arc::new(ledger));
     }
 
     /// Opens the raw RocksDB store (ledger closed) for direct edits.
@@ -174,7 +183,8 @@ impl Fixture {
             Extra::Decision {
                 ticket_id,
                 expires_at,
-            } => (ticket_id, expires_at.unwrap()),
+                ..
+            } => (ticket_id.expect("a ticket"), expires_at.unwrap()),
             other => panic!("not a decision: {other:?}"),
         }
     }
@@ -185,7 +195,7 @@ impl Fixture {
             .decide(rid, decision("reject", Some("no")), &reviewer())
             .unwrap();
         match a.extra {
-            Extra::Decision { ticket_id, .. } => ticket_id,
+            Extra::Decision { ticket_id, .. } => ticket_id.expect("a ticket"),
             other => panic!("not a decision: {other:?}"),
         }
     }

@@ -57,9 +57,37 @@ pub enum Command {
         #[arg(long)]
         database: Option<String>,
     },
-    /// Record this data directory's policy as the one a PostgreSQL ledger's servers must run
-    /// (after a policy change; with the other servers stopped).
-    AdoptPolicy,
+    /// The policy in force: show it, record a new one, list every change.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        action: PolicyCommand,
+    },
+    /// Open an emergency grant for exactly a request's own action (as `local:<user>` with the
+    /// break_glass role), where the tool's policy allows break-glass.
+    BreakGlass {
+        /// The request id.
+        request_id: String,
+        /// The request's action, JSON {"tool", "args"}, or @FILE.
+        #[arg(long)]
+        action: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Record the post-event review of a request's break-glass use.
+    Review {
+        /// The request id.
+        request_id: String,
+        /// acknowledged or disputed.
+        #[arg(long)]
+        verdict: String,
+        /// Why (required).
+        #[arg(long)]
+        rationale: String,
+    },
+    /// The break-glass uses awaiting their post-event review.
+    Reviews,
     /// Manage bearer tokens.
     Token {
         /// What to do.
@@ -215,10 +243,29 @@ pub enum TokenCommand {
         /// repeated, the tenants the token is limited to (default every tenant).
         #[arg(long = "tenant")]
         tenants: Vec<String>,
+        /// A group the principal belongs to (reviewer and admin tokens; repeatable), for the
+        /// tools' `approvers` (`group:<name>`).
+        #[arg(long = "group")]
+        groups: Vec<String>,
         /// The tokens file (default DIR/tokens.json).
         #[arg(long)]
         tokens: Option<PathBuf>,
     },
+}
+
+/// Policy commands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the policy in force and its record.
+    Show,
+    /// Record FILE's policy as the policy in force (validated first; nothing is written when
+    /// it is invalid).
+    Set {
+        /// The policy file.
+        file: PathBuf,
+    },
+    /// List every policy change: seq, time, who, digest.
+    History,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/hitl-ledger`, else `~/.local/share/hitl-ledger`.

@@ -16,7 +16,7 @@ use hitl_ledger::format::record::Actor;
 use hitl_ledger::ledger::commit::CommitConfig;
 use hitl_ledger::ledger::{Appended, Extra, Ledger, Op, files};
 use hitl_ledger::model::request::parse_body;
-use hitl_ledger::server::tokens::{Role, add_token};
+use hitl_ledger::server::tokens::{Role, add_token_in_groups};
 use hitl_ledger::wire;
 
 /// Runs the parsed command line.
@@ -38,20 +38,28 @@ pub fn run(cli: Cli) -> Result<Outcome> {
     }
     match cli.command {
         Command::Init { origin, database } => init(&dir, f, &origin, database),
-        Command::AdoptPolicy => {
-            Ledger::adopt_policy(&dir)?;
-            eprintln!("the database now records this data directory's policy");
-            Ok(Outcome::Done)
-        }
         Command::Token {
             action:
                 TokenCommand::Add {
                     principal,
                     role,
                     tenants,
+                    groups,
                     tokens,
                 },
-        } => token_add(&dir, f, &principal, &role, &tenants, tokens),
+        } => token_add(&dir, f, &principal, &role, (&tenants, &groups), tokens),
+        Command::Policy { action } => crate::governance::policy(&dir, f, action),
+        Command::BreakGlass {
+            request_id,
+            action,
+            reason,
+        } => crate::governance::break_glass(&dir, f, request_id, &action, reason),
+        Command::Review {
+            request_id,
+            verdict,
+            rationale,
+        } => crate::governance::review(&dir, f, request_id, verdict, rationale),
+        Command::Reviews => crate::governance::reviews(&dir, f),
         Command::Append { file, batch } => append(&dir, &file, batch),
         Command::Decide {
             request_id,
@@ -137,8 +145,11 @@ pub fn run(cli: Cli) -> Result<Outcome> {
 fn command_name(c: &Command) -> &'static str {
     match c {
         Command::Init { .. } => "init",
-        Command::AdoptPolicy => "adopt-policy",
         Command::Token { .. } => "token add",
+        Command::Policy { .. } => "policy",
+        Command::BreakGlass { .. } => "break-glass",
+        Command::Review { .. } => "review",
+        Command::Reviews => "reviews",
         Command::Append { .. } => "append",
         Command::Decide { .. } => "decide",
         Command::Authorize { .. } => "authorize",
@@ -160,14 +171,14 @@ fn usage(m: impl Into<String>) -> Error {
 }
 
 /// A JSON argument, or `@FILE` for the file's contents.
-fn read_arg_json(s: &str) -> Result<Vec<u8>> {
+pub(crate) fn read_arg_json(s: &str) -> Result<Vec<u8>> {
     match s.strip_prefix('@') {
         Some(path) => std::fs::read(path).map_err(|e| usage(format!("{path}: {e}"))),
         None => Ok(s.as_bytes().to_vec()),
     }
 }
 
-fn single(o: hitl_ledger::ledger::Outcome) -> Result<Appended> {
+pub(crate) fn single(o: hitl_ledger::ledger::Outcome) -> Result<Appended> {
     o.appended()
         .ok_or_else(|| Error::new(ErrorCode::Internal, "expected one record"))
 }
@@ -198,7 +209,7 @@ fn token_add(
     f: Format,
     principal: &str,
     role: &str,
-    tenants: &[String],
+    (tenants, groups): (&[String], &[String]),
     tokens: Option<PathBuf>,
 ) -> Result<Outcome> {
     let role = Role::parse(role)?;
@@ -212,7 +223,7 @@ fn token_add(
         ));
     }
     let path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
-    let token = add_token(&path, principal, role, tenants)?;
+    let token = add_token_in_groups(&path, principal, role, tenants, groups)?;
     if f == Format::Json {
         let mut answer = json!({"token": token, "principal": principal, "role": role.as_str()});
         match (role, tenants) {

@@ -6,6 +6,7 @@ use clap::Parser;
 mod args;
 mod commands;
 mod exit;
+mod governance;
 mod output;
 mod serve;
 mod user;

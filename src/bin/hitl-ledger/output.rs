@@ -47,20 +47,18 @@ pub fn describe(a: &Appended) -> String {
         Extra::Decision {
             ticket_id,
             expires_at,
+            counts,
         } => {
-            s.push_str(&format!("\nticket {ticket_id}"));
-            if let Some(e) = expires_at {
-                s.push_str(&format!(" expires {e}"));
-            }
+            ticket_line(&mut s, ticket_id.as_deref(), *expires_at, *counts);
         }
         Extra::Edit {
             new_request_id,
             ticket_id,
             expires_at,
+            counts,
         } => {
-            s.push_str(&format!(
-                "\nnew request {new_request_id}\nticket {ticket_id} expires {expires_at}"
-            ));
+            s.push_str(&format!("\nnew request {new_request_id}"));
+            ticket_line(&mut s, ticket_id.as_deref(), *expires_at, *counts);
         }
         Extra::Authorization(g) => {
             if g.granted {
@@ -85,5 +83,25 @@ pub fn show_appended(format: Format, a: &Appended) {
         print_json(&a.to_json());
     } else {
         out(&describe(a));
+    }
+}
+
+/// The ticket line of a decision's answer: the ticket and its expiry, or, for a partial
+/// approval, how many approvals are counted of how many required.
+fn ticket_line(
+    s: &mut String,
+    ticket_id: Option<&str>,
+    expires_at: Option<hitl_ledger::clock::Timestamp>,
+    counts: Option<(u64, u64)>,
+) {
+    match ticket_id {
+        Some(t) => s.push_str(&format!("\nticket {t}")),
+        None => s.push_str("\nno ticket yet"),
+    }
+    if let Some(e) = expires_at {
+        s.push_str(&format!(" expires {e}"));
+    }
+    if let Some((n, of)) = counts {
+        s.push_str(&format!("\n{n} of {of} approvals"));
     }
 }

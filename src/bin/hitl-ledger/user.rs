@@ -27,13 +27,24 @@ pub fn user_name(uid: u32) -> Option<String> {
     name.to_str().ok().map(str::to_owned)
 }
 
-/// The local command line's actor.
-pub fn local_admin() -> Actor {
+/// The local command line's principal, `local:<name>`.
+fn local_principal() -> String {
     let uid = real_uid();
     let user = user_name(uid)
         .filter(|u| is_valid_id(u) && u.len() < 200)
         .unwrap_or_else(|| format!("uid:{uid}"));
-    Actor::with_role(format!("local:{user}"), "admin", None)
+    format!("local:{user}")
+}
+
+/// The local command line's actor.
+pub fn local_admin() -> Actor {
+    Actor::with_role(local_principal(), "admin", None)
+}
+
+/// The local command line's actor for `break-glass`: the same principal in the break_glass
+/// role (on the command line the file permissions are the access control).
+pub fn local_break_glass() -> Actor {
+    Actor::with_role(local_principal(), "break_glass", None)
 }
 
 #[cfg(test)]

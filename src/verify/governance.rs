@@ -1,0 +1,236 @@
+//! The governance rules of the replay (protocol section 6.3, rules 6f and 8 to 12), pure: the
+//! policy in force along the log, and what it requires of decisions, break-glass uses and
+//! their reviews. [`super::rules::RuleReplay`] keeps the per-request state and asks here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::rules::{Key, key};
+use crate::format::merkle::Hash;
+use crate::format::record::{Record, hex_hash};
+use crate::model::policy::{Mode, Policy, ToolPolicy};
+
+/// A principal as the replay keeps it.
+pub(super) fn principal_key(p: &str) -> Key {
+    key(b"principal", p)
+}
+
+/// A tool name as the replay keeps it.
+pub(super) fn tool_key(t: &str) -> Key {
+    key(b"tool", t)
+}
+
+/// A valid policy record in force: its id and every tool it resolves.
+#[derive(Debug)]
+struct InForce {
+    id: Hash,
+    default: ToolPolicy,
+    tools: HashMap<Key, ToolPolicy>,
+}
+
+/// The policy in force along the replay.
+#[derive(Debug)]
+pub(super) struct Governance {
+    in_force: Option<Arc<InForce>>,
+    /// The empty document's resolution: in force before the first policy record.
+    empty: ToolPolicy,
+}
+
+impl Default for Governance {
+    fn default() -> Self {
+        Governance {
+            in_force: None,
+            empty: Policy::default().for_tool(""),
+        }
+    }
+}
+
+/// What the replay keeps of a request for the governance rules.
+#[derive(Debug)]
+pub(super) struct RequestGov {
+    /// The principal that opened it (an edit's new request: the original's opener).
+    pub(super) opener: Key,
+    /// Its interrupt's tool.
+    pub(super) tool: Key,
+    /// The principals of its counted partial approvals (the final approval closes it).
+    pub(super) approvals: Vec<Key>,
+    /// Its break-glass decision: leaf hash and actor principal.
+    pub(super) break_glass: Option<Box<(Hash, Key)>>,
+    /// Whether that use was reviewed.
+    pub(super) reviewed: bool,
+}
+
+impl Governance {
+    /// Rule 8: a policy record whose document is valid and whose digest is its own comes into
+    /// force; any other is a violation (and changes nothing).
+    pub(super) fn policy_record(&mut self, r: &Record, leaf_hash: &Hash) -> Option<String> {
+        let bad = |why: String| {
+            Some(format!(
+                "rule 8: an invalid policy record (seq {}): {why}",
+                r.seq
+            ))
+        };
+        let Some(doc) = r.body.get("policy") else {
+            return bad("it has no document".into());
+        };
+        let p = match Policy::from_document(doc) {
+            Ok(p) => p,
+            Err(e) => return bad(e.message().to_string()),
+        };
+        if r.body_str("policy_digest") != Some(p.digest().as_str()) {
+            return bad("policy_digest is not the document's".into());
+        }
+        let tools = p
+            .tool_names()
+            .map(|t| (tool_key(t), p.for_tool(t)))
+            .collect();
+        self.in_force = Some(Arc::new(InForce {
+            id: *leaf_hash,
+            default: p.for_tool(""),
+            tools,
+        }));
+        None
+    }
+
+    /// The resolved policy of a tool under the policy in force.
+    pub(super) fn tool(&self, tool: &Key) -> &ToolPolicy {
+        match &self.in_force {
+            None => &self.empty,
+            Some(p) => p.tools.get(tool).unwrap_or(&p.default),
+        }
+    }
+
+    /// Rule 9: an interrupt's `policy` member names the policy record in force.
+    pub(super) fn interrupt(&self, r: &Record) -> Option<String> {
+        let named = r.body_str("policy")?;
+        let in_force = self.in_force.as_ref().map(|p| hex_hash(&p.id));
+        if in_force.as_deref() == Some(named) {
+            return None;
+        }
+        Some(format!(
+            "rule 9: an interrupt naming the policy record {named}, which is not the one in force ({})",
+            in_force.as_deref().unwrap_or("none")
+        ))
+    }
+
+    /// Rule 6f: no tool is granted while paused.
+    pub(super) fn paused(&self, tool: &Key) -> bool {
+        self.tool(tool).mode == Mode::Paused
+    }
+
+    /// Rules 10 and 11 for a `decision` of request `q` (its tool governed, counted approvals,
+    /// break-glass), `counted` the approvals before it. `rid` names the request in messages.
+    pub(super) fn decision(&self, r: &Record, q: &RequestGov, rid: &str) -> Option<String> {
+        let q_rid = crate::codec::quoted(rid);
+        let t = self.tool(&q.tool);
+        let actor = principal_key(&r.actor.principal);
+        let break_glass = r.body.get("break_glass") == Some(&serde_json::Value::Bool(true));
+        let decision = r.body_str("decision").unwrap_or_default();
+        let ticket = r.body.get("ticket_id").and_then(|v| v.as_str());
+        if break_glass || r.actor.role == "break_glass" {
+            if !break_glass
+                || r.actor.role != "break_glass"
+                || decision != "approve"
+                || ticket.is_none()
+            {
+                return Some(format!(
+                    "rule 11a: a break-glass decision of request {q_rid} not by the break_glass role (or not an approval with a ticket)"
+                ));
+            }
+            if !t.break_glass {
+                return Some(format!(
+                    "rule 11b: break-glass on request {q_rid}, whose tool's policy does not allow it"
+                ));
+            }
+            return None;
+        }
+        if ticket.is_none() && decision != "approve" {
+            return Some(format!(
+                "rule 10d: a decision of request {q_rid} without a ticket that is not an approval"
+            ));
+        }
+        let approving = decision == "approve";
+        if t.governed() {
+            if actor == q.opener {
+                return Some(format!(
+                    "rule 10a: an approval of request {q_rid} by the principal that opened it"
+                ));
+            }
+            if let Some(list) = &t.approvers {
+                let admitted = r.body_str("approved_as").is_some_and(|a| {
+                    list.iter().any(|e| e == a)
+                        && (a.starts_with(crate::model::policy::GROUP_PREFIX)
+                            || a == r.actor.principal)
+                });
+                if !admitted {
+                    return Some(format!(
+                        "rule 10b: a decision of request {q_rid} by a reviewer outside the approvers"
+                    ));
+                }
+            }
+            if approving && q.approvals.contains(&actor) {
+                return Some(format!(
+                    "rule 10c: a second approval of request {q_rid} by the same reviewer"
+                ));
+            }
+        }
+        if !approving {
+            return None;
+        }
+        let n = q.approvals.len() as u64 + 1;
+        let need = t.approvals_required;
+        match ticket {
+            Some(_) if n < need => {
+                return Some(format!(
+                    "rule 10d: a ticket for request {q_rid} before its {need}th approval (this is approval {n})"
+                ));
+            }
+            None if n >= need => {
+                return Some(format!(
+                    "rule 10d: a partial approval of request {q_rid} that should have issued the ticket (approval {n} of {need})"
+                ));
+            }
+            _ => {}
+        }
+        let counts = (
+            r.body.get("approvals").and_then(|v| v.as_u64()),
+            r.body.get("approvals_required").and_then(|v| v.as_u64()),
+        );
+        let expected = if need > 1 {
+            (Some(n), Some(need))
+        } else {
+            (None, None)
+        };
+        if counts != expected {
+            return Some(format!(
+                "rule 10d: approval counts of request {q_rid} that are not the replay's ({n} of {need})"
+            ));
+        }
+        None
+    }
+
+    /// Rule 12: a review names the request's break-glass use, is not by its user, and is the
+    /// only one.
+    pub(super) fn review(&self, r: &Record, q: &RequestGov, rid: &str) -> Option<String> {
+        let q_rid = crate::codec::quoted(rid);
+        let Some(bg) = &q.break_glass else {
+            return Some(format!(
+                "rule 12a: a review of request {q_rid}, which has no break-glass use"
+            ));
+        };
+        if principal_key(&r.actor.principal) == bg.1 {
+            return Some(format!(
+                "rule 12b: a review of request {q_rid} by its break-glass user"
+            ));
+        }
+        if q.reviewed {
+            return Some(format!("rule 12c: a second review of request {q_rid}"));
+        }
+        if r.body_str("reviews") != Some(hex_hash(&bg.0).as_str()) {
+            return Some(format!(
+                "rule 12d: a review of request {q_rid} naming another record than its break-glass use"
+            ));
+        }
+        None
+    }
+}
