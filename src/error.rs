@@ -160,7 +160,10 @@ impl ErrorCode {
             | ReviewerIsBreakGlassUser => 403,
             NotFound | RequestNotFound | ThreadNotFound => 404,
             AppendOnly | MethodNotAllowed => 405,
-            Conflict | IdempotencyConflict | IdentifierInUse | BreakGlassActionMismatch
+            Conflict
+            | IdempotencyConflict
+            | IdentifierInUse
+            | BreakGlassActionMismatch
             | NoBreakGlass => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,

@@ -51,6 +51,57 @@ pub struct Bundle {
     pub thread_head: String,
     /// The thread's records, in thread order.
     pub records: Vec<BundleEntry>,
+    /// The policy records the thread's records were evaluated under: every record of the
+    /// policy thread the checkpoint covers, with their thread head (`None` when the checkpoint
+    /// covers none, as in ledgers from before policy records).
+    pub policy: Option<PolicyPart>,
+}
+
+/// The policy part of a bundle (protocol section 6.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyPart {
+    /// The signed thread-head note of the policy thread, `tree` the checkpoint's size.
+    pub thread_head: String,
+    /// Every policy record the checkpoint covers, in thread order.
+    pub records: Vec<BundleEntry>,
+}
+
+fn entry_value(e: &BundleEntry) -> Value {
+    json!({"seq": e.seq, "leaf": e.leaf, "inclusion_proof": e.inclusion_proof})
+}
+
+/// Reads a list of record entries (`what` names it in messages).
+fn parse_entries(list: &[Value], what: &str) -> Result<Vec<BundleEntry>, BundleError> {
+    let bad = |m: String| BundleError(m);
+    let mut entries = Vec::with_capacity(list.len());
+    for (i, r) in list.iter().enumerate() {
+        let e = r
+            .as_object()
+            .ok_or_else(|| bad(format!("{what}[{i}] is not an object")))?;
+        let seq = e
+            .get("seq")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad(format!("{what}[{i}].seq is not a non-negative integer")))?;
+        let leaf = e
+            .get("leaf")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("{what}[{i}].leaf is not a string")))?
+            .to_string();
+        let inclusion_proof = e
+            .get("inclusion_proof")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("{what}[{i}].inclusion_proof is not a list")))?
+            .iter()
+            .map(|h| h.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad(format!("{what}[{i}].inclusion_proof holds a non-string")))?;
+        entries.push(BundleEntry {
+            seq,
+            leaf,
+            inclusion_proof,
+        });
+    }
+    Ok(entries)
 }
 
 /// Why bytes are not a bundle document (its structure; the content is the verifier's).
@@ -66,12 +117,8 @@ impl std::fmt::Display for BundleError {
 impl Bundle {
     /// The bundle document.
     pub fn to_value(&self) -> Value {
-        let records: Vec<Value> = self
-            .records
-            .iter()
-            .map(|e| json!({"seq": e.seq, "leaf": e.leaf, "inclusion_proof": e.inclusion_proof}))
-            .collect();
-        json!({
+        let records: Vec<Value> = self.records.iter().map(entry_value).collect();
+        let mut v = json!({
             "format": BUNDLE_FORMAT,
             "origin": self.origin,
             "verifier_key": self.verifier_key,
@@ -79,7 +126,12 @@ impl Bundle {
             "thread_id": self.thread_id,
             "thread_head": self.thread_head,
             "records": records,
-        })
+        });
+        if let Some(p) = &self.policy {
+            let records: Vec<Value> = p.records.iter().map(entry_value).collect();
+            v["policy"] = json!({"thread_head": p.thread_head, "records": records});
+        }
+        v
     }
 
     /// Reads a bundle document: strict JSON (one reading only), the format string, the string
@@ -112,34 +164,28 @@ impl Bundle {
             .get("records")
             .and_then(Value::as_array)
             .ok_or_else(|| bad("the bundle's \"records\" is missing or not a list".into()))?;
-        let mut entries = Vec::with_capacity(records.len());
-        for (i, r) in records.iter().enumerate() {
-            let e = r
-                .as_object()
-                .ok_or_else(|| bad(format!("records[{i}] is not an object")))?;
-            let seq = e
-                .get("seq")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| bad(format!("records[{i}].seq is not a non-negative integer")))?;
-            let leaf = e
-                .get("leaf")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad(format!("records[{i}].leaf is not a string")))?
-                .to_string();
-            let inclusion_proof = e
-                .get("inclusion_proof")
-                .and_then(Value::as_array)
-                .ok_or_else(|| bad(format!("records[{i}].inclusion_proof is not a list")))?
-                .iter()
-                .map(|h| h.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| bad(format!("records[{i}].inclusion_proof holds a non-string")))?;
-            entries.push(BundleEntry {
-                seq,
-                leaf,
-                inclusion_proof,
-            });
-        }
+        let entries = parse_entries(records, "records")?;
+        let policy = match o.get("policy") {
+            None => None,
+            Some(p) => {
+                let p = p
+                    .as_object()
+                    .ok_or_else(|| bad("the bundle's \"policy\" is not an object".into()))?;
+                let thread_head = p
+                    .get("thread_head")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad("policy.thread_head is missing or not a string".into()))?
+                    .to_string();
+                let list = p
+                    .get("records")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| bad("policy.records is missing or not a list".into()))?;
+                Some(PolicyPart {
+                    thread_head,
+                    records: parse_entries(list, "policy.records")?,
+                })
+            }
+        };
         Ok(Bundle {
             origin: s("origin")?,
             verifier_key: s("verifier_key")?,
@@ -147,6 +193,7 @@ impl Bundle {
             thread_id: s("thread_id")?,
             thread_head: s("thread_head")?,
             records: entries,
+            policy,
         })
     }
 }
@@ -164,9 +211,32 @@ mod tests {
             thread_id: "t".into(),
             thread_head: "th".into(),
             records: vec![BundleEntry::new(3, b"{}", &[[7; 32]])],
+            policy: None,
         };
         let bytes = serde_json::to_vec(&b.to_value()).unwrap();
         assert_eq!(Bundle::parse(&bytes).unwrap(), b);
+        let with_policy = Bundle {
+            policy: Some(PolicyPart {
+                thread_head: "ph".into(),
+                records: vec![BundleEntry::new(0, b"{}", &[])],
+            }),
+            ..b.clone()
+        };
+        let bytes = serde_json::to_vec(&with_policy.to_value()).unwrap();
+        assert_eq!(Bundle::parse(&bytes).unwrap(), with_policy);
+        for bad in [
+            r#""x""#,
+            r#"{"records": []}"#,
+            r#"{"thread_head": "ph"}"#,
+            r#"{"thread_head": "ph", "records": [{"seq": -1, "leaf": "", "inclusion_proof": []}]}"#,
+        ] {
+            let mut v = b.to_value();
+            v["policy"] = serde_json::from_str(bad).unwrap();
+            assert!(
+                Bundle::parse(&serde_json::to_vec(&v).unwrap()).is_err(),
+                "{bad}"
+            );
+        }
         assert!(Bundle::parse(br#"{"format": "x"}"#).is_err());
         assert!(Bundle::parse(b"[]").is_err());
     }

@@ -505,8 +505,15 @@ impl Record {
             reach: Reach::All,
             groups: Vec::new(),
         };
-        if !["agent", "reviewer", "auditor", "admin", "break_glass", "system"]
-            .contains(&actor.role.as_str())
+        if ![
+            "agent",
+            "reviewer",
+            "auditor",
+            "admin",
+            "break_glass",
+            "system",
+        ]
+        .contains(&actor.role.as_str())
         {
             return Err(env(format!(
                 "actor role {} is unknown",

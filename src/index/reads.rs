@@ -96,7 +96,9 @@ pub fn break_glass_open(r: &dyn Read) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     for item in scan_prefix(r, Keyspace::Idem, BREAK_GLASS_OPEN_PREFIX) {
         let (_, v) = item?;
-        out.push(read_be(&v).ok_or_else(|| Error::corrupt("a break-glass queue entry is malformed"))?);
+        out.push(
+            read_be(&v).ok_or_else(|| Error::corrupt("a break-glass queue entry is malformed"))?,
+        );
     }
     Ok(out)
 }

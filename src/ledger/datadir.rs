@@ -352,7 +352,14 @@ pub(super) fn init(
     }
     let mut staging = Staging::new(&dir, existing)?;
     let mut created: Option<&str> = None;
-    let result = build(&staging.path, origin, &engine, &mut created, (clock, policy)).and_then(|made| {
+    let result = build(
+        &staging.path,
+        origin,
+        &engine,
+        &mut created,
+        (clock, policy),
+    )
+    .and_then(|made| {
         staging.put_in_place()?;
         Ok(made)
     });

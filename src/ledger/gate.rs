@@ -320,7 +320,8 @@ impl Batch<'_, '_, '_> {
         match req.decision {
             DecisionKind::Approve => {
                 let counts = (st.approvals.len() as u64 + 1, tool.approvals_required);
-                let a = self.approval(rid, &st, req.rationale, &tool, counts, approved_as, actor)?;
+                let a =
+                    self.approval(rid, &st, req.rationale, &tool, counts, approved_as, actor)?;
                 Ok(a)
             }
             DecisionKind::Reject => {
@@ -383,9 +384,7 @@ impl Batch<'_, '_, '_> {
                 ),
             ));
         }
-        if approving
-            && let Some(a) = st.approvals.iter().find(|a| a.principal == actor.principal)
-        {
+        if approving && let Some(a) = st.approvals.iter().find(|a| a.principal == actor.principal) {
             return Err(already_approved(rid, a.seq));
         }
         match &tool.approvers {
@@ -509,7 +508,10 @@ impl Batch<'_, '_, '_> {
             counts,
         } = approval.extra
         else {
-            return Err(Error::new(ErrorCode::Internal, "an approval without its answer"));
+            return Err(Error::new(
+                ErrorCode::Internal,
+                "an approval without its answer",
+            ));
         };
         a.extra = Extra::Edit {
             new_request_id: new_rid,
@@ -559,7 +561,16 @@ impl Batch<'_, '_, '_> {
             // After checks 1-3 and before any ticket check (a retried attempt's grant
             // included): a paused tool's actions go to a manual operator.
             let answer = decide::answer(mode, None);
-            return self.record_authorization(rid, &st, &req, &digest, answer, None, Mode::Enforce, actor);
+            return self.record_authorization(
+                rid,
+                &st,
+                &req,
+                &digest,
+                answer,
+                None,
+                Mode::Enforce,
+                actor,
+            );
         }
         // A retried attempt whose earlier evaluation was a grant gets that grant back.
         if let Some(attempt) = &req.attempt_id

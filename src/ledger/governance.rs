@@ -51,15 +51,15 @@ pub fn policy_of_record(r: &crate::format::record::Record) -> Result<Policy> {
         .get("policy")
         .ok_or_else(|| Error::corrupt_at(r.seq, "a policy record without its document"))?;
     let p = Policy::from_document(doc).map_err(|e| {
-        Error::corrupt_at(
-            r.seq,
-            format!("policy record {}: {}", r.seq, e.message()),
-        )
+        Error::corrupt_at(r.seq, format!("policy record {}: {}", r.seq, e.message()))
     })?;
     if r.body_str("policy_digest") != Some(p.digest().as_str()) {
         return Err(Error::corrupt_at(
             r.seq,
-            format!("policy record {}: policy_digest is not its document's", r.seq),
+            format!(
+                "policy record {}: policy_digest is not its document's",
+                r.seq
+            ),
         ));
     }
     Ok(p)
@@ -174,9 +174,7 @@ impl Batch<'_, '_, '_> {
             );
             return Err(self.refuse(rid, &st, "break-glass", e, actor, sp));
         }
-        let digest = req
-            .action
-            .digest(&self.ledger.id.key, rid, st.keyed());
+        let digest = req.action.digest(&self.ledger.id.key, rid, st.keyed());
         if let Some(seq) = index::decision_seq(&*self.view, rid)? {
             let (stored, _) = self.stored(seq)?;
             let same = stored.body.get("break_glass") == Some(&Value::Bool(true))
@@ -357,7 +355,10 @@ impl super::Ledger {
         for seq in index::break_glass_open(&*snap)? {
             let (record, leaf_hash) = index::record(&*snap, seq)?;
             let Some(rid) = record.request_id.clone() else {
-                return Err(Error::corrupt_at(seq, "a break-glass decision names no request"));
+                return Err(Error::corrupt_at(
+                    seq,
+                    "a break-glass decision names no request",
+                ));
             };
             let reached = index::request(&*snap, &rid)?.is_some_and(|st| actor.reaches(&st.tenant));
             if reached {

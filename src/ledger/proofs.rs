@@ -3,9 +3,10 @@
 
 use super::Ledger;
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::bundle::{BUNDLE_FORMAT, Bundle, BundleEntry};
+use crate::format::bundle::{BUNDLE_FORMAT, Bundle, BundleEntry, PolicyPart};
 use crate::format::merkle::{self, Hash};
 use crate::format::note::ThreadHead;
+use crate::format::record::POLICY_THREAD;
 use crate::index::{self, Nodes};
 use crate::storage::Read;
 
@@ -106,6 +107,7 @@ impl Ledger {
             records.push(BundleEntry::new(seq, &leaf, &proof));
         }
         let head = head.ok_or_else(|| nothing_covered(thread_id))?;
+        let policy = self.export_policy(&*snap, &nodes, cp.size)?;
         Ok(Bundle {
             origin: self.origin().to_string(),
             verifier_key: self.verifier_key(),
@@ -113,7 +115,36 @@ impl Ledger {
             thread_id: thread_id.to_string(),
             thread_head: self.export_head(thread_id, records.len() as u64, head, cp.size)?,
             records,
+            policy,
         })
+    }
+
+    /// The policy part of a bundle: every policy record the checkpoint of `size` covers, with
+    /// their thread head; `None` when it covers none.
+    fn export_policy(
+        &self,
+        snap: &dyn Read,
+        nodes: &Nodes<'_>,
+        size: u64,
+    ) -> Result<Option<PolicyPart>> {
+        let mut records = Vec::new();
+        let mut head: Option<Hash> = None;
+        for item in index::thread_seqs(snap, POLICY_THREAD, 0) {
+            let (_, seq) = item?;
+            if seq >= size {
+                break;
+            }
+            let (leaf, proof) = export_entry(snap, nodes, seq, size)?;
+            head = Some(merkle::leaf_hash(&leaf));
+            records.push(BundleEntry::new(seq, &leaf, &proof));
+        }
+        let Some(head) = head else {
+            return Ok(None);
+        };
+        Ok(Some(PolicyPart {
+            thread_head: self.export_head(POLICY_THREAD, records.len() as u64, head, size)?,
+            records,
+        }))
     }
 
     /// Writes the thread's bundle to `out` piece by piece from one snapshot, holding one
@@ -145,6 +176,19 @@ impl Ledger {
         w.string(BUNDLE_FORMAT)?;
         w.raw(b",\"origin\":")?;
         w.string(self.origin())?;
+        // Policy records are few (one per change): the part is built whole, then written.
+        if let Some(p) = self.export_policy(&*snap, &nodes, cp.size)? {
+            w.raw(b",\"policy\":{\"records\":[")?;
+            for (i, e) in p.records.iter().enumerate() {
+                if i > 0 {
+                    w.raw(b",")?;
+                }
+                w.entry(e)?;
+            }
+            w.raw(b"],\"thread_head\":")?;
+            w.string(&p.thread_head)?;
+            w.raw(b"}")?;
+        }
         w.raw(b",\"records\":[")?;
         let mut count = 0u64;
         let mut head: Option<Hash> = None;
@@ -160,18 +204,7 @@ impl Ledger {
             if count > 0 {
                 w.raw(b",")?;
             }
-            w.raw(b"{\"inclusion_proof\":[")?;
-            for (i, h) in entry.inclusion_proof.iter().enumerate() {
-                if i > 0 {
-                    w.raw(b",")?;
-                }
-                w.string(h)?;
-            }
-            w.raw(b"],\"leaf\":")?;
-            w.string(&entry.leaf)?;
-            w.raw(b",\"seq\":")?;
-            w.raw(entry.seq.to_string().as_bytes())?;
-            w.raw(b"}")?;
+            w.entry(&entry)?;
             count += 1;
         }
         let head = head.ok_or_else(|| nothing_covered(thread_id))?;
@@ -260,6 +293,22 @@ struct JsonOut<'a>(&'a mut dyn std::io::Write);
 impl JsonOut<'_> {
     fn raw(&mut self, bytes: &[u8]) -> Result<()> {
         self.0.write_all(bytes).map_err(write_failed)
+    }
+
+    /// One record entry, members in byte order of their names.
+    fn entry(&mut self, e: &BundleEntry) -> Result<()> {
+        self.raw(b"{\"inclusion_proof\":[")?;
+        for (i, h) in e.inclusion_proof.iter().enumerate() {
+            if i > 0 {
+                self.raw(b",")?;
+            }
+            self.string(h)?;
+        }
+        self.raw(b"],\"leaf\":")?;
+        self.string(&e.leaf)?;
+        self.raw(b",\"seq\":")?;
+        self.raw(e.seq.to_string().as_bytes())?;
+        self.raw(b"}")
     }
 
     /// A JSON string, escaped as `serde_json` escapes it.

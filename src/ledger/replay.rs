@@ -153,7 +153,11 @@ impl Batch<'_, '_, '_> {
                 }
                 // The editor's approval of the new request: final, or partial while the
                 // edited tool needs more approvals.
-                let (approval, _) = match crate::index::approval_seq(&*self.view, &new_rid, &stored.actor.principal)? {
+                let (approval, _) = match crate::index::approval_seq(
+                    &*self.view,
+                    &new_rid,
+                    &stored.actor.principal,
+                )? {
                     Some(s2) => self.stored(s2)?,
                     None => return Err(Error::corrupt("an edit's new request has no approval")),
                 };

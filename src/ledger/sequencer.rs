@@ -370,7 +370,11 @@ impl Ledger {
     ///
     /// # Errors
     /// `forbidden` for another role; storage errors.
-    pub fn set_policy(&self, policy: crate::model::policy::Policy, actor: &Actor) -> Result<Appended> {
+    pub fn set_policy(
+        &self,
+        policy: crate::model::policy::Policy,
+        actor: &Actor,
+    ) -> Result<Appended> {
         self.one(Op::SetPolicy(Box::new(policy)), actor)
     }
 

@@ -198,7 +198,9 @@ impl Policy {
         let base = Policy::default().default;
         let d = &file.default;
         let default = ToolPolicy {
-            review_window_seconds: d.review_window_seconds.unwrap_or(base.review_window_seconds),
+            review_window_seconds: d
+                .review_window_seconds
+                .unwrap_or(base.review_window_seconds),
             approval_ttl_seconds: d.approval_ttl_seconds.unwrap_or(base.approval_ttl_seconds),
             mode: d.mode.unwrap_or(base.mode),
             redact: d.redact.clone().unwrap_or_default(),
@@ -461,8 +463,9 @@ mod tests {
 
     #[test]
     fn the_document_is_recorded_canonical_with_its_digest() {
-        let a = Policy::parse(r#"{ "tools": {"t": {"approval_ttl_seconds": 60.0}}, "default": {} }"#)
-            .unwrap();
+        let a =
+            Policy::parse(r#"{ "tools": {"t": {"approval_ttl_seconds": 60.0}}, "default": {} }"#)
+                .unwrap();
         assert_eq!(
             crate::format::jcs::to_vec(a.document()),
             br#"{"default":{},"tools":{"t":{"approval_ttl_seconds":60}}}"#

@@ -133,8 +133,16 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
         // The one `PUT` of the API: an admin records a policy; any other role's attempt is
         // refused with `forbidden` and recorded like every refused write.
         if entry.role != Role::Admin {
-            return refuse_write(st, &method, &path, &segs, actor, "GET", ErrorCode::Forbidden)
-                .await;
+            return refuse_write(
+                st,
+                &method,
+                &path,
+                &segs,
+                actor,
+                "GET",
+                ErrorCode::Forbidden,
+            )
+            .await;
         }
         return match super::governance::put_policy(st, req, actor).await {
             Ok(r) => r,
@@ -143,7 +151,16 @@ async fn route(st: &Arc<AppState>, req: Request) -> Response {
     }
     if is_v1 && (method == Method::PUT || method == Method::PATCH || method == Method::DELETE) {
         let allow = matched.as_ref().map_or("GET, POST", Route::allow);
-        return refuse_write(st, &method, &path, &segs, actor, allow, ErrorCode::AppendOnly).await;
+        return refuse_write(
+            st,
+            &method,
+            &path,
+            &segs,
+            actor,
+            allow,
+            ErrorCode::AppendOnly,
+        )
+        .await;
     }
     let Some(route) = matched else {
         return error_response(

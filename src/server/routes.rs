@@ -77,25 +77,10 @@ impl Route {
             Route::Pending | Route::PolicyHistory | Route::BreakGlassReviews => {
                 &[Role::Reviewer, Role::Auditor]
             }
-            Route::BreakGlass(_) => &[
-                Role::Agent,
-                Role::Reviewer,
-                Role::Auditor,
-                Role::BreakGlass,
-            ],
-            Route::Policy => &[
-                Role::Agent,
-                Role::Reviewer,
-                Role::Auditor,
-                Role::BreakGlass,
-            ],
+            Route::BreakGlass(_) => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
+            Route::Policy => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
             Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
-            Route::Checkpoint => &[
-                Role::Agent,
-                Role::Reviewer,
-                Role::Auditor,
-                Role::BreakGlass,
-            ],
+            Route::Checkpoint => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
             Route::Inclusion | Route::Consistency | Route::Events => {
                 &[Role::Agent, Role::Reviewer, Role::Auditor]
             }

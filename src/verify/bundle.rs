@@ -5,7 +5,7 @@ use super::{Problem, ProblemCode, leaf_problem};
 use crate::format::bundle::Bundle;
 use crate::format::merkle::{self, Hash};
 use crate::format::note::{self, Checkpoint, NoteVerifier};
-use crate::format::record::{Record, ZERO_HASH, hex_hash};
+use crate::format::record::{POLICY_THREAD, Record, ZERO_HASH, hex_hash};
 
 /// The verdict on an export bundle (spec sections 5 and 7).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,67 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             ),
         ));
     }
-    let th_text = note::open(b.thread_head.as_bytes(), std::slice::from_ref(&verifier))
+    let th = open_head(&b.thread_head, &verifier)?;
+    let replayed = check_chain(
+        &b.records,
+        &b.thread_id,
+        &th,
+        &b.origin,
+        &cp,
+        "records",
+        Some(report),
+    )?;
+    // The policy records the thread was evaluated under (protocol 6.2, checks 11 and 12).
+    let policies = match &b.policy {
+        None => Vec::new(),
+        Some(p) => {
+            let ph = open_head(&p.thread_head, &verifier)?;
+            check_chain(
+                &p.records,
+                POLICY_THREAD,
+                &ph,
+                &b.origin,
+                &cp,
+                "policy.records",
+                None,
+            )?
+        }
+    };
+    for (r, _) in &replayed {
+        if let Some(named) = r.body_str("policy")
+            && !policies.iter().any(|(_, h)| hex_hash(h) == named)
+        {
+            return Err(Problem::at(
+                ProblemCode::PolicyMissing,
+                r.seq,
+                format!(
+                    "record {} names the policy record {named}, which the bundle does not carry",
+                    r.seq
+                ),
+            ));
+        }
+    }
+    // Both lists are in seq order: the replay takes them merged.
+    let mut merged: Vec<&(Record, Hash)> = replayed.iter().chain(policies.iter()).collect();
+    merged.sort_by_key(|(r, _)| r.seq);
+    // The bytes are intact: did the gate obey its own rules? Every record of a request is in
+    // its thread, so the bundle holds all that the replay needs.
+    let mut rules = RuleReplay::new();
+    for (r, hash) in merged {
+        if let Some(m) = rules.step(r, hash) {
+            return Err(Problem::at(
+                ProblemCode::RuleViolation,
+                r.seq,
+                format!("record {}: {m}", r.seq),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Opens a thread-head note with the trusted key and parses its body (checks 7 and 8).
+fn open_head(text: &str, verifier: &NoteVerifier) -> Result<note::ThreadHead, Problem> {
+    let th_text = note::open(text.as_bytes(), std::slice::from_ref(verifier))
         .map_err(|e| {
             Problem::global(
                 ProblemCode::ThreadHeadSignature,
@@ -118,16 +178,31 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             )
         })?
         .text;
-    let th = note::ThreadHead::parse(&th_text).map_err(|e| {
+    note::ThreadHead::parse(&th_text).map_err(|e| {
         Problem::global(
             ProblemCode::ThreadHeadBody,
             format!("thread head body: {e}"),
         )
-    })?;
+    })
+}
+
+/// Checks one thread's entries (check 9) and its head (check 10): each leaf, its seq, order,
+/// origin, thread, inclusion in the checkpoint's tree and the thread chain, then the head
+/// against the entries. `what` names the list in messages; `report`, when given, counts the
+/// records read. Returns the records with their leaf hashes.
+fn check_chain(
+    entries: &[crate::format::bundle::BundleEntry],
+    thread_id: &str,
+    th: &note::ThreadHead,
+    origin: &str,
+    cp: &Checkpoint,
+    what: &str,
+    mut report: Option<&mut BundleReport>,
+) -> Result<Vec<(Record, Hash)>, Problem> {
     let mut prev_seq: Option<u64> = None;
     let mut prev_hash = ZERO_HASH;
-    let mut replayed: Vec<(Record, Hash)> = Vec::with_capacity(b.records.len());
-    for (i, e) in b.records.iter().enumerate() {
+    let mut out: Vec<(Record, Hash)> = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
         use base64::Engine;
         let at = |code: ProblemCode, m: String| Problem::at(code, e.seq, m);
         let leaf = base64::engine::general_purpose::STANDARD
@@ -135,25 +210,27 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             .map_err(|_| {
                 at(
                     ProblemCode::LeafEncoding,
-                    format!("records[{i}].leaf is not base64"),
+                    format!("{what}[{i}].leaf is not base64"),
                 )
             })?;
         let r = Record::read(&leaf)
-            .map_err(|le| at(leaf_problem(&le), format!("records[{i}]: {le}")))?;
-        if report.first_ts.is_none() {
-            report.first_ts = Some(r.ts.to_string());
-        }
-        report.last_ts = Some(r.ts.to_string());
-        match r.kind {
-            crate::format::record::Kind::Decision => report.decisions += 1,
-            crate::format::record::Kind::Rejection => report.rejections += 1,
-            _ => {}
+            .map_err(|le| at(leaf_problem(&le), format!("{what}[{i}]: {le}")))?;
+        if let Some(report) = report.as_deref_mut() {
+            if report.first_ts.is_none() {
+                report.first_ts = Some(r.ts.to_string());
+            }
+            report.last_ts = Some(r.ts.to_string());
+            match r.kind {
+                crate::format::record::Kind::Decision => report.decisions += 1,
+                crate::format::record::Kind::Rejection => report.rejections += 1,
+                _ => {}
+            }
         }
         if r.seq != e.seq {
             return Err(at(
                 ProblemCode::SeqMismatch,
                 format!(
-                    "records[{i}] is listed as seq {} but its leaf says {}",
+                    "{what}[{i}] is listed as seq {} but its leaf says {}",
                     e.seq, r.seq
                 ),
             ));
@@ -162,31 +239,31 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
             return Err(at(
                 ProblemCode::SeqOrder,
                 format!(
-                    "records[{i}] (seq {}) does not come after seq {}",
+                    "{what}[{i}] (seq {}) does not come after seq {}",
                     e.seq,
                     prev_seq.unwrap_or_default()
                 ),
             ));
         }
-        if r.origin != b.origin {
+        if r.origin != origin {
             return Err(at(
                 ProblemCode::RecordOrigin,
                 format!(
                     "record {} has origin {}, the bundle's is {}",
                     e.seq,
                     crate::codec::quoted(&r.origin),
-                    crate::codec::quoted(&b.origin)
+                    crate::codec::quoted(origin)
                 ),
             ));
         }
-        if r.thread_id != b.thread_id {
+        if r.thread_id != thread_id {
             return Err(at(
                 ProblemCode::RecordThread,
                 format!(
-                    "record {} is in thread {}, the bundle's is {}",
+                    "record {} is in thread {}, {what} are of {}",
                     e.seq,
                     crate::codec::quoted(&r.thread_id),
-                    crate::codec::quoted(&b.thread_id)
+                    crate::codec::quoted(thread_id)
                 ),
             ));
         }
@@ -231,11 +308,11 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         }
         prev_seq = Some(e.seq);
         prev_hash = hash;
-        replayed.push((r, hash));
+        out.push((r, hash));
     }
-    let n = b.records.len() as u64;
+    let n = entries.len() as u64;
     let mismatch = |m: String| Problem::global(ProblemCode::ThreadHeadMismatch, m);
-    if th.origin != b.origin || th.thread_id != b.thread_id {
+    if th.origin != origin || th.thread_id != thread_id {
         return Err(mismatch(format!(
             "the thread head is for {} in {}",
             crate::codec::quoted(&th.thread_id),
@@ -250,28 +327,16 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
     }
     if th.size != n {
         return Err(mismatch(format!(
-            "the thread head says {} records, the bundle has {n}",
+            "the thread head says {} records, {what} has {n}",
             th.size
         )));
     }
     if th.head != prev_hash {
         return Err(mismatch(format!(
-            "the thread head names {} as the last record, the bundle's last is {}",
+            "the thread head names {} as the last record, the last of {what} is {}",
             hex_hash(&th.head),
             hex_hash(&prev_hash)
         )));
     }
-    // The bytes are intact: did the gate obey its own rules? Every record of a request is in
-    // its thread, so the bundle holds all that the replay needs.
-    let mut rules = RuleReplay::new();
-    for (r, hash) in &replayed {
-        if let Some(m) = rules.step(r, hash) {
-            return Err(Problem::at(
-                ProblemCode::RuleViolation,
-                r.seq,
-                format!("record {}: {m}", r.seq),
-            ));
-        }
-    }
-    Ok(())
+    Ok(out)
 }

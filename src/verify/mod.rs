@@ -74,6 +74,8 @@ pub enum ProblemCode {
     ThreadPrev,
     /// A recorded outcome the approval rules forbid.
     RuleViolation,
+    /// A bundle's interrupt names a policy record the bundle does not carry.
+    PolicyMissing,
     /// A derived index differs from what the records give.
     Index,
     /// The trusted checkpoint is not signed by the ledger's key.
@@ -90,7 +92,7 @@ pub enum ProblemCode {
 
 impl ProblemCode {
     /// Every code.
-    pub const ALL: [ProblemCode; 32] = [
+    pub const ALL: [ProblemCode; 33] = [
         ProblemCode::BadInput,
         ProblemCode::VerifierKeyMismatch,
         ProblemCode::OriginMismatch,
@@ -117,6 +119,7 @@ impl ProblemCode {
         ProblemCode::ThreadGap,
         ProblemCode::ThreadPrev,
         ProblemCode::RuleViolation,
+        ProblemCode::PolicyMissing,
         ProblemCode::Index,
         ProblemCode::TrustedSignature,
         ProblemCode::TrustedBody,
@@ -154,6 +157,7 @@ impl ProblemCode {
             ProblemCode::ThreadGap => "thread_gap",
             ProblemCode::ThreadPrev => "thread_prev",
             ProblemCode::RuleViolation => "rule_violation",
+            ProblemCode::PolicyMissing => "policy_missing",
             ProblemCode::Index => "index",
             ProblemCode::TrustedSignature => "trusted_signature",
             ProblemCode::TrustedBody => "trusted_body",

@@ -144,8 +144,8 @@ impl Fixture {
         let ledger = Ledger::open_with(self.dir.path(), opts).unwrap();
         // A test that rewrote policy.json changes the policy as an operator would: the policy
         // is the log's, so the file's document is recorded (`hitl-ledger policy set`).
-        let file = hitl_ledger::model::policy::Policy::load(&self.dir.path().join("policy.json"))
-            .unwrap();
+        let file =
+            hitl_ledger::model::policy::Policy::load(&self.dir.path().join("policy.json")).unwrap();
         if ledger.policy_in_force().unwrap().policy.digest() != file.digest() {
             ledger
                 .set_policy(file, &Actor::with_role("local:test", "admin", None))
