@@ -19,6 +19,13 @@ use crate::model::policy::Policy;
 use crate::model::request::{BreakGlassRequest, ReviewRequest};
 use crate::model::state::{RequestState, may_decide};
 
+/// What a request id's path segment escapes: everything but RFC 3986's unreserved characters.
+const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// The role of break-glass tokens (never an agent's, never an admin's).
 pub const BREAK_GLASS_ROLE: &str = "break_glass";
 
@@ -144,7 +151,7 @@ impl Batch<'_, '_, '_> {
     ) -> Error {
         let path = format!(
             "/v1/requests/{}/{route}",
-            percent_encoding::utf8_percent_encode(rid, percent_encoding::NON_ALPHANUMERIC)
+            percent_encoding::utf8_percent_encode(rid, PATH_SEGMENT)
         );
         let body = obj(json!({"method": "POST", "path": path, "error": e.code().as_str()}));
         match self.append(Draft::for_request(Kind::Refusal, st, rid, body), actor) {

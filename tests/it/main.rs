@@ -15,6 +15,7 @@ mod faults;
 mod fuzz;
 mod gate;
 mod golden;
+mod governance;
 mod hardening;
 mod layering;
 mod ledger;

@@ -1,7 +1,7 @@
 //! Several stateless servers in front of one PostgreSQL database (issue 12): one linear,
 //! gapless chain; exactly one grant per ticket across servers; every acknowledged append
-//! durable through a server's SIGKILL and a database restart; a server whose key or policy
-//! differs refuses to write.
+//! durable through a server's SIGKILL and a database restart; a server whose key differs
+//! refuses to write; the policy is the log's, the same on every server.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -473,15 +473,16 @@ fn a_database_restart_under_load_is_503_then_recovers_without_restarting_servers
 }
 
 #[test]
-fn a_server_with_another_policy_or_key_refuses_to_write() {
+fn a_server_with_another_key_refuses_to_write_and_another_policy_file_changes_nothing() {
     let (server, _cluster) = some_pg_server();
     let (tmp, tokens) = first_server_dir(&server);
     let a = tmp.path().join("a");
     let other_policy = tmp.path().join("policy");
     copy_server_dir(&a, &other_policy);
+    // A stale or edited file beside a server is not the policy: the log's is.
     std::fs::write(
         other_policy.join("policy.json"),
-        r#"{"default": {"approval_ttl_seconds": 60}}"#,
+        r#"{"default": {"approval_ttl_seconds": 60}, "tools": {"refund": {"mode": "paused"}}}"#,
     )
     .unwrap();
     let other_key = tmp.path().join("key");
@@ -503,26 +504,121 @@ fn a_server_with_another_policy_or_key_refuses_to_write() {
         .status,
         201
     );
-    for (i, says) in [(1, "policy"), (2, "signing key")] {
-        let r = post(
-            servers.addrs[i],
-            "/v1/interrupts",
-            agent,
-            &interrupt_body(&format!("no-{i}"), "t"),
-        );
-        assert_eq!(r.status, 503, "{}", r.text());
-        assert_eq!(r.code(), "data_dir");
-        assert!(r.text().contains(says), "{}", r.text());
-        // It reads, and says why it does not write.
-        let g = get(servers.addrs[i], "/v1/pending", &tokens["reviewer"]);
-        assert_eq!(g.status, 200, "{}", g.text());
-        let h = send(servers.addrs[i], "GET", "/healthz", None, None, b"").unwrap();
-        assert_eq!(h.status, 503);
-    }
+    // The server with the other file writes, under the log's policy (refund not paused, the
+    // default approval lifetime).
+    let w = post(
+        servers.addrs[1],
+        "/v1/interrupts",
+        agent,
+        &interrupt_body("other-file", "t"),
+    );
+    assert_eq!(w.status, 201, "{}", w.text());
+    let d = post(
+        servers.addrs[1],
+        "/v1/requests/other-file/decision",
+        &tokens["reviewer"],
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(d.status, 201, "{}", d.text());
+    let ts =
+        hitl_ledger::clock::Timestamp::parse(d.json()["record"]["ts"].as_str().unwrap()).unwrap();
+    let exp =
+        hitl_ledger::clock::Timestamp::parse(d.json()["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        exp.micros() - ts.micros(),
+        600_000_000,
+        "the log's lifetime"
+    );
+    let g = post(
+        servers.addrs[1],
+        "/v1/requests/other-file/authorize",
+        agent,
+        &json!({"ticket_id": d.json()["ticket_id"], "action": interrupt_body("other-file", "t")["action"]}),
+    );
+    assert_eq!(g.json()["granted"], true, "{}", g.text());
+    let r = post(
+        servers.addrs[2],
+        "/v1/interrupts",
+        agent,
+        &interrupt_body("no-2", "t"),
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "data_dir");
+    assert!(r.text().contains("signing key"), "{}", r.text());
+    // It reads, and says why it does not write.
+    let g = get(servers.addrs[2], "/v1/pending", &tokens["reviewer"]);
+    assert_eq!(g.status, 200, "{}", g.text());
+    let h = send(servers.addrs[2], "GET", "/healthz", None, None, b"").unwrap();
+    assert_eq!(h.status, 503);
     drop(servers);
     let (code, v) = cli_verify(&a, &[]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["records"], 1, "only the first server wrote: {v}");
+    assert_eq!(
+        v["records"], 5,
+        "the policy, two interrupts, a decision, a grant, and no write by the stranger: {v}"
+    );
+}
+
+#[test]
+fn a_policy_change_through_one_server_is_in_force_on_the_other_for_its_next_batch() {
+    let (server, _cluster) = some_pg_server();
+    let (tmp, tokens) = first_server_dir(&server);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    copy_server_dir(&a, &b);
+    let servers = Servers::start(&[a.clone(), b.clone()]);
+    let (sa, sb) = (servers.addrs[0], servers.addrs[1]);
+    let agent = &tokens["agent"];
+    let body = interrupt_body("r", "t");
+    assert_eq!(post(sb, "/v1/interrupts", agent, &body).status, 201);
+    let d = post(
+        sb,
+        "/v1/requests/r/decision",
+        &tokens["reviewer"],
+        &json!({"decision": "approve"}),
+    );
+    let ticket = d.json()["ticket_id"].as_str().unwrap().to_string();
+    let put = |addr, doc: &str| {
+        send(
+            addr,
+            "PUT",
+            "/v1/policy",
+            Some(&tokens["admin"]),
+            Some("application/json"),
+            doc.as_bytes(),
+        )
+        .unwrap()
+    };
+    let p = put(sa, r#"{"tools": {"refund": {"mode": "paused"}}}"#);
+    assert_eq!(p.status, 201, "{}", p.text());
+    let seq = p.json()["seq"].clone();
+    // Server B runs the policy A recorded, from its next batch on.
+    assert_eq!(get(sb, "/v1/policy", &tokens["agent"]).json()["seq"], seq);
+    let auth = json!({"ticket_id": ticket, "action": body["action"], "attempt_id": "a-1"});
+    let paused = post(sb, "/v1/requests/r/authorize", agent, &auth);
+    assert_eq!(paused.json()["code"], "tool_paused", "{}", paused.text());
+    assert_eq!(paused.json()["route"], "manual_operator");
+    // Two-person approval switched on through B is in force on A.
+    let p = put(sb, r#"{"tools": {"refund": {"approvals_required": 2}}}"#);
+    assert_eq!(p.status, 201, "{}", p.text());
+    let granted = post(sa, "/v1/requests/r/authorize", agent, &auth);
+    assert_eq!(granted.json()["granted"], true, "{}", granted.text());
+    assert_eq!(
+        post(sa, "/v1/interrupts", agent, &interrupt_body("r2", "t")).status,
+        201
+    );
+    let first = post(
+        sa,
+        "/v1/requests/r2/decision",
+        &tokens["reviewer"],
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert!(first.json()["ticket_id"].is_null(), "{}", first.text());
+    assert_eq!(first.json()["approvals_required"], 2);
+    drop(servers);
+    let (code, v) = cli_verify(&a, &[]);
+    assert_eq!(code, 0, "{v}");
 }
 
 /// An idle server takes no write lease: the sweeper reads first and finds nothing due.
