@@ -191,7 +191,9 @@ def spawn_local_ledger(binary: str, policy: dict) -> tuple[dict[str, str], Calla
                               capture_output=True, text=True).stdout
 
     run("init", "--origin", "example.local/ledger")
-    (data / "d" / "policy.json").write_text(json.dumps(policy))
+    # The policy is the log's: init recorded the default one, `policy set` records this one.
+    (data / "d" / "example-policy.json").write_text(json.dumps(policy))
+    run("policy", "set", str(data / "d" / "example-policy.json"))
     tokens = {
         role: json.loads(run("token", "add", "--principal", f"example-{role}", "--role", role,
                              "--format", "json"))["token"]
