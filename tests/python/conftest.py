@@ -2,7 +2,14 @@
 
 The binary is ``$HITL_LEDGER_BIN`` (default ``~/.cache/hitl-ledger/target/debug/hitl-ledger``).
 A test module gets one server (``ledger``) whose policy is the module's ``LEDGER_POLICY`` when it
-defines one, else :data:`DEFAULT_POLICY`; ``make_ledger`` starts extra servers on demand.
+defines one, else :data:`DEFAULT_POLICY`, with the module's ``LEDGER_TOKENS`` (:class:`TokenSpec`)
+beside the standard ones; ``make_ledger`` starts extra servers on demand.
+
+``init`` records ``policy.json`` as the ledger's first record (seq 0, a ``policy`` record), and
+a server never reads the file again: the test's policy is recorded with ``hitl-ledger policy
+set`` before the server starts (seq 1, unless it is the document ``init`` wrote). So the first
+records of every test ledger are policy records, which unscoped tokens see on the decision
+stream and agent tokens do not.
 """
 
 from __future__ import annotations
@@ -36,7 +43,18 @@ DEFAULT_POLICY = {
     },
 }
 
-ROLES = ("agent", "reviewer", "auditor", "admin")
+ROLES = ("agent", "reviewer", "auditor", "admin", "break_glass")
+
+#: The principal of each standard token (``tokens[name]``, ``clients[name]``).
+PRINCIPALS = {
+    "agent": "py-agent",
+    "reviewer": "py-reviewer",
+    "auditor": "py-auditor",
+    "admin": "py-admin",
+    "break_glass": "py-break_glass",
+    "reviewer2": "py-reviewer-2",
+    "agent2": "py-agent-2",
+}
 
 
 @dataclass
@@ -71,6 +89,10 @@ class LedgerServer:
     def admin(self) -> LedgerClient:
         return self.clients["admin"]
 
+    @property
+    def break_glass(self) -> LedgerClient:
+        return self.clients["break_glass"]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -100,13 +122,15 @@ def _run(binary: Path, data: Path, *args: str) -> str:
 @dataclass(frozen=True)
 class TokenSpec:
     """A further token of a test's server: ``name`` (its key in ``tokens`` and ``clients``),
-    its principal, role and tenants (``hitl-ledger token add --tenant``, repeated; for an agent
-    at most one: its tenant, for another role the tenants it is scoped to)."""
+    its principal, role, tenants (``hitl-ledger token add --tenant``, repeated; for an agent
+    at most one: its tenant, for another role the tenants it is scoped to) and groups
+    (``--group``, repeated: for a tool's ``approvers: ["group:G"]``)."""
 
     name: str
     principal: str
     role: str
     tenants: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
 
 
 def start_server(
@@ -125,14 +149,13 @@ def start_server(
     data = root / "ledger"
     out = _run(binary, data, "init", "--origin", ORIGIN)
     verifier_key = out.strip().splitlines()[-1] if out.strip() else ""
-    (data / "policy.json").write_text(json.dumps(policy or DEFAULT_POLICY), encoding="utf-8")
     tokens = {}
     for role in ROLES:
         answer = json.loads(
-            _run(binary, data, "token", "add", "--principal", f"py-{role}", "--role", role,
+            _run(binary, data, "token", "add", "--principal", PRINCIPALS[role], "--role", role,
                  "--format", "json")
         )
-        assert answer["principal"] == f"py-{role}" and answer["role"] == role, answer
+        assert answer["principal"] == PRINCIPALS[role] and answer["role"] == role, answer
         tokens[role] = answer["token"]
     # A second reviewer, to show that the ledger records who decided from the token alone.
     answer = json.loads(
@@ -148,11 +171,17 @@ def start_server(
     tokens["agent2"] = answer["token"]
     for spec in extra_tokens:
         tenant_args = [a for t in spec.tenants for a in ("--tenant", t)]
+        group_args = [a for g in spec.groups for a in ("--group", g)]
         answer = json.loads(
             _run(binary, data, "token", "add", "--principal", spec.principal, "--role",
-                 spec.role, *tenant_args, "--format", "json")
+                 spec.role, *tenant_args, *group_args, "--format", "json")
         )
         tokens[spec.name] = answer["token"]
+    # The test's policy, recorded in the log before the server starts (the server reads no
+    # policy file once the log holds a policy record: init wrote one at seq 0).
+    policy_file = root / "test-policy.json"
+    policy_file.write_text(json.dumps(policy or DEFAULT_POLICY), encoding="utf-8")
+    _run(binary, data, "policy", "set", str(policy_file), "--format", "json")
     log = root / "server.log"
     proc, addr = _serve(binary, data, log, "127.0.0.1:0", extra_args)
     server = LedgerServer(
@@ -218,7 +247,8 @@ def _first_line(proc: subprocess.Popen, timeout: float) -> str:
 @pytest.fixture(scope="module")
 def ledger(request, tmp_path_factory):
     policy = getattr(request.module, "LEDGER_POLICY", None)
-    server = start_server(tmp_path_factory.mktemp("ledger"), policy)
+    tokens = tuple(getattr(request.module, "LEDGER_TOKENS", ()))
+    server = start_server(tmp_path_factory.mktemp("ledger"), policy, extra_tokens=tokens)
     yield server
     server.stop()
 

@@ -21,6 +21,11 @@ CODES = {
     "not_found": 404, "request_not_found": 404, "thread_not_found": 404, "append_only": 405,
     "method_not_allowed": 405, "conflict": 409, "idempotency_conflict": 409,
     "identifier_in_use": 409,
+    # Governance (spec sections 7.5, 7.6, 12).
+    "invalid_policy": 400, "approver_is_requester": 403, "approver_already_approved": 403,
+    "approver_not_allowed": 403, "break_glass_not_allowed": 403,
+    "reviewer_is_break_glass_user": 403, "break_glass_action_mismatch": 409,
+    "no_break_glass": 409,
     "body_too_large": 413, "record_too_large": 413, "unsupported_media_type": 415,
     "overloaded": 503, "unwritable": 503, "storage_error": 500, "internal_error": 500,
 }
@@ -367,3 +372,185 @@ def test_get_request_refuses_a_cursor_that_does_not_move(fake, pages):
     fake.answers += pages
     with pytest.raises(errors.LedgerProtocolError, match="does not move"):
         client(fake.url).get_request("r-1")
+
+
+# ------------------------------------------------------------------ governance
+
+
+def test_governed_refusals_are_forbidden_and_conflicts_by_class():
+    for code in ("approver_is_requester", "approver_already_approved", "approver_not_allowed"):
+        cls = errors.ERROR_CLASSES[code]
+        assert issubclass(cls, errors.GovernedDecisionRefused)
+        assert issubclass(cls, errors.Forbidden)
+    for code in ("break_glass_not_allowed", "reviewer_is_break_glass_user"):
+        assert issubclass(errors.ERROR_CLASSES[code], errors.Forbidden)
+    for code in ("break_glass_action_mismatch", "no_break_glass"):
+        assert issubclass(errors.ERROR_CLASSES[code], errors.ConflictError)
+    assert issubclass(errors.InvalidPolicy, errors.BadRequest)
+    assert errors.DENIAL_CODES[0] == "tool_paused"
+
+
+def test_set_policy_is_a_canonical_put_and_never_retried(fake):
+    doc = {"tools": {"payout": {"approvals_required": 2}}, "default": {"mode": "enforce"}}
+    fake.answers.append((201, {"record": {"kind": "policy", "body": {"policy": doc}},
+                               "leaf_hash": "2" * 64, "seq": 9, "duplicate": False}, {}))
+    written = client(fake.url).set_policy(doc)
+    assert (written.seq, written.status, written.duplicate) == (9, 201, False)
+    method, path, body, headers = fake.requests[0]
+    assert (method, path) == ("PUT", "/v1/policy")
+    assert body == b'{"default":{"mode":"enforce"},"tools":{"payout":{"approvals_required":2}}}'
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Authorization"] == "Bearer tok"
+    # A 503 or a dropped connection: the outcome is unknown, and a PUT is not repeated.
+    fake.answers.append((503, {"error": "overloaded", "message": "busy"}, {"Retry-After": "0"}))
+    with pytest.raises(errors.Overloaded):
+        client(fake.url, retries=3).set_policy(doc)
+    fake.answers.append("drop")
+    with pytest.raises(errors.LedgerConnectionError) as info:
+        client(fake.url, retries=3).set_policy(doc)
+    assert info.value.retried == 0
+    assert [r[0] for r in fake.requests] == ["PUT"] * 3
+    fake.answers.append((400, {"error": "invalid_policy", "message": "approvals_required 0"},
+                         {}))
+    with pytest.raises(errors.InvalidPolicy):
+        client(fake.url).set_policy({"default": {"approvals_required": 0}})
+    with pytest.raises(TypeError):
+        client(fake.url).set_policy([doc])  # type: ignore[arg-type]
+    with pytest.raises(errors.NotCanonicalizable):  # refused before sending
+        client(fake.url).set_policy({"default": {"approval_ttl_seconds": 2**53}})
+    assert len(fake.requests) == 4
+
+
+def _decision_answer(**extra):
+    return {"record": {"kind": "decision", "request_id": "r",
+                       "body": {"decision": "approve", "ticket_id": extra.get("ticket_id")}},
+            "leaf_hash": "3" * 64, "seq": 5, "duplicate": False, **extra}
+
+
+def test_a_partial_approval_is_never_a_ticket(fake):
+    from hitl_ledger.langgraph import resume_value
+
+    fake.answers.append((201, _decision_answer(ticket_id=None, expires_at=None, approvals=1,
+                                               approvals_required=2), {}))
+    partial = client(fake.url).approve("r")
+    assert partial.partial and partial.ticket_id is None
+    assert (partial.approvals, partial.approvals_required) == (1, 2)
+    with pytest.raises(errors.InvalidResume, match="1 of 2"):
+        resume_value(partial)
+    fake.answers.append((201, _decision_answer(ticket_id="01a22e83-a6b0-7681-a0b7-b52c93a79820",
+                                               expires_at="2026-11-30T20:10:00.000000Z",
+                                               approvals=2, approvals_required=2), {}))
+    final = client(fake.url).approve("r")
+    assert not final.partial and resume_value(final) == {
+        "ticket_id": "01a22e83-a6b0-7681-a0b7-b52c93a79820"}
+    # An approval without a ticket must be a partial approval with its counts.
+    for bad in (
+        _decision_answer(ticket_id=None, expires_at=None),
+        _decision_answer(ticket_id=None, expires_at=None, approvals=2, approvals_required=2),
+        _decision_answer(ticket_id=None, expires_at="2026-11-30T20:10:00.000000Z",
+                         approvals=1, approvals_required=2),
+        _decision_answer(ticket_id=None, expires_at=None, approvals=1),
+        _decision_answer(ticket_id=None, expires_at=None, approvals=0, approvals_required=2),
+        _decision_answer(ticket_id=None, expires_at=None, approvals=True,
+                         approvals_required=2),
+        _decision_answer(ticket_id=7),
+    ):
+        fake.answers.append((201, bad, {}))
+        with pytest.raises(errors.LedgerProtocolError):
+            client(fake.url).approve("r")
+
+
+def test_an_approval_without_a_ticket_is_never_authorized(fake):
+    calls = []
+    approval = Approval(request_id="r", ticket_id=None, action={"tool": "refund", "args": {}},
+                        original_request_id="r")
+    with pytest.raises(errors.InvalidResume, match="no ticket"):
+        execute_approved(client(fake.url), approval,
+                         lambda args, idempotency_key: calls.append(args))
+    assert calls == [] and fake.requests == []
+
+
+PAUSED = dict(RECORD_ANSWER, granted=False, code="tool_paused", idempotency_key=None,
+              route="manual_operator")
+
+
+@pytest.mark.parametrize("raise_on_deny", [False, True])
+def test_a_paused_tool_raises_tool_paused_without_executing_or_retrying(fake, raise_on_deny):
+    fake.answers += [(200, PAUSED, {})] * 3
+    calls = []
+    action = {"tool": "refund", "args": {"order_id": "O-1"}}
+    approval = Approval(request_id="r", ticket_id="t", action=action, original_request_id="r")
+    with pytest.raises(errors.ToolPaused) as info:
+        execute_approved(client(fake.url, retries=3), approval,
+                         lambda args, idempotency_key: calls.append(args),
+                         raise_on_deny=raise_on_deny)
+    err = info.value
+    assert isinstance(err, errors.AuthorizationDenied)
+    assert (err.code, err.route, err.request_id, err.action) == (
+        "tool_paused", "manual_operator", "r", action)
+    assert err.authorization.paused and err.authorization.route == "manual_operator"
+    assert "manual operator" in str(err)
+    assert calls == [] and len(fake.requests) == 1  # asked once: no busy retry
+
+
+def test_tool_paused_with_a_grant_is_a_protocol_error(fake):
+    fake.answers.append((200, dict(PAUSED, granted=True), {}))
+    with pytest.raises(errors.LedgerProtocolError):
+        client(fake.url).authorize("r", ticket_id="t", action={"tool": "x", "args": {}})
+
+
+def test_governance_reads_are_typed(fake):
+    record = {"kind": "policy", "seq": 0, "request_id": None, "body": {"policy": {}}}
+    fake.answers += [
+        (200, {"policy": {}, "policy_digest": "sha256:" + "4" * 64, "record": record, "seq": 0,
+               "leaf_hash": "5" * 64}, {}),
+        (200, {"policies": [{"seq": 0, "ts": "2026-11-30T20:00:00.000000Z",
+                             "actor": {"principal": "hitl-ledger", "role": "system"},
+                             "policy_digest": "sha256:" + "4" * 64, "leaf_hash": "5" * 64,
+                             "record": record}]}, {}),
+        (200, {"break_glass": [{"request_id": "r", "seq": 7, "ts": "2026-11-30T20:00:00.000000Z",
+                                "actor": {"principal": "bg", "role": "break_glass"},
+                                "reason": "fire", "leaf_hash": "6" * 64,
+                                "record": {"kind": "decision"}}]}, {}),
+        (200, {"policies": [{"seq": 0}]}, {}),
+        (200, {"pending": []}, {}),
+    ]
+    c = client(fake.url)
+    now = c.policy()
+    assert (now.seq, now.leaf_hash, now.record) == (0, "5" * 64, record)
+    (change,) = c.policy_history()
+    assert change.actor["role"] == "system" and change.policy == {}
+    (use,) = c.break_glass_reviews()
+    assert (use.request_id, use.reason, use.seq) == ("r", "fire", 7)
+    with pytest.raises(errors.LedgerProtocolError):
+        c.policy_history()
+    with pytest.raises(errors.LedgerProtocolError):
+        c.break_glass_reviews()
+    assert [r[:2] for r in fake.requests] == [
+        ("GET", "/v1/policy"), ("GET", "/v1/policy/history"), ("GET", "/v1/reviews/break-glass"),
+        ("GET", "/v1/policy/history"), ("GET", "/v1/reviews/break-glass")]
+
+
+def test_break_glass_and_review_bodies(fake):
+    action = {"tool": "scram", "args": {"r": 2}}
+    fake.answers += [
+        (201, {"record": {"kind": "decision", "body": {"decision": "approve",
+                                                       "break_glass": True,
+                                                       "ticket_id": "tk"}},
+               "leaf_hash": "7" * 64, "seq": 8, "duplicate": False, "ticket_id": "tk",
+               "expires_at": "2026-11-30T20:10:00.000000Z"}, {}),
+        (201, {"record": {"kind": "review", "body": {}}, "leaf_hash": "8" * 64, "seq": 9,
+               "duplicate": False}, {}),
+    ]
+    c = client(fake.url)
+    bg = c.break_glass("r/1", action, "fire")
+    assert bg.break_glass and bg.ticket_id == "tk" and not bg.partial
+    assert c.review("r/1", "acknowledged", "ok").record["kind"] == "review"
+    (m1, p1, b1, _), (m2, p2, b2, _) = fake.requests
+    assert (m1, p1, b1) == ("POST", "/v1/requests/r%2F1/break-glass",
+                            b'{"action":{"args":{"r":2},"tool":"scram"},"reason":"fire"}')
+    assert (m2, p2, b2) == ("POST", "/v1/requests/r%2F1/review",
+                            b'{"rationale":"ok","verdict":"acknowledged"}')
+    with pytest.raises(ValueError):
+        c.break_glass("r", {"tool": "scram"}, "fire")
+    assert len(fake.requests) == 2

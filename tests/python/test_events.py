@@ -587,21 +587,26 @@ def test_invalid_position_and_token_are_typed_errors(ledger):
 def test_stream_resumes_across_a_server_restart(make_ledger):
     server = make_ledger()
     thread = f"restart-{uuid.uuid4().hex[:8]}"
+    # A fresh ledger opens with its policy records (init's at seq 0, the test's at seq 1).
+    policies = [h.seq for h in server.auditor.policy_history()]
+    assert policies == list(range(len(policies))) and policies[0] == 0
+    p = len(policies)
     consumer = Consumer(server.reviewer.events(backoff=0.05, max_backoff=0.5))
     try:
         before = [open_request(server.agent, thread) for _ in range(5)]
-        consumer.wait_for(lambda evs: len(evs) == 5)
+        consumer.wait_for(lambda evs: len(evs) == p + 5)
         restart_server(server)
         after = [open_request(server.agent, thread) for _ in range(5)]
         server.reviewer.approve(after[-1])
-        consumer.wait_for(lambda evs: len(evs) == 11)
+        consumer.wait_for(lambda evs: len(evs) == p + 11)
         time.sleep(0.5)  # nothing more (no duplicate) arrives
     finally:
         consumer.close()
     events = consumer.events
-    assert [e.seq for e in events] == list(range(11))
-    assert [e.request_id for e in events] == [*before, *after, after[-1]]
+    assert [e.seq for e in events] == list(range(p + 11))
+    assert [e.kind for e in events[:p]] == ["policy"] * p
+    assert [e.request_id for e in events] == [None] * p + [*before, *after, after[-1]]
     # It reconnected once, after the last event it had yielded before the restart.
     assert consumer.stream.connections[0] is None
-    assert 4 in consumer.stream.connections[1:]
-    assert set(consumer.stream.connections[1:]) == {4}
+    assert p + 4 in consumer.stream.connections[1:]
+    assert set(consumer.stream.connections[1:]) == {p + 4}

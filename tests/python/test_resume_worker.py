@@ -562,3 +562,88 @@ def test_a_running_worker_follows_the_ledger_across_a_server_restart(make_ledger
         worker.stop()
     assert [(o.request_id, o.kind) for o in outcomes] == [(rid, "approved")]
     assert len(executor.calls) == 1 and worker.error is None
+
+
+# ------------------------------------------------------------------ partial approvals, scripted
+
+
+def partial(seq: int, request_id: str, n: int = 1, of: int = 2) -> dict:
+    """A partial approval (spec section 7.5): ``ticket_id`` null, with the counts."""
+    return rec(seq, "decision", request_id, decision="approve", ticket_id=None, expires_at=None,
+               superseded_by=None, edited_digest=None, rationale=None, approvals=n,
+               approvals_required=of)
+
+
+def final(seq: int, request_id: str, ticket: str = "t-final") -> dict:
+    return rec(seq, "decision", request_id, decision="approve", ticket_id=ticket,
+               expires_at="2026-12-01T15:00:00.000000Z", superseded_by=None,
+               edited_digest=None, rationale=None, approvals=2, approvals_required=2)
+
+
+def policy_record(seq: int) -> dict:
+    r = rec(seq, "policy", None, policy={"default": {}}, policy_digest="sha256:" + "0" * 64)
+    r["thread_id"] = "hitl-ledger/policy"
+    return r
+
+
+def test_a_partial_approval_never_resumes_and_the_last_one_does(tmp_path):
+    graph = PausedGraph()
+    records = [policy_record(0), rec(1, "interrupt", "r", tool="payout", args={}),
+               partial(2, "r")]
+    client = ScriptedClient(records)
+    worker = ResumeWorker(client, graph, state_file=tmp_path / "s")
+    assert worker.poll_once(0.1) == [] and graph.resumed == []
+    assert worker.last_seq == 2  # nothing waits: the partial approval closes nothing
+    client.records += [rec(3, "review", "r", reviews="0" * 64, verdict="acknowledged",
+                           rationale="x"), final(4, "r")]
+    (outcome,) = worker.poll_once(0.1)
+    assert (outcome.kind, outcome.seq, outcome.ticket_id) == ("approved", 4, "t-final")
+    ((resume, _),) = graph.resumed
+    assert resume == {"i-r": {"outcome": "approved", "ticket_id": "t-final",
+                              "expires_at": "2026-12-01T15:00:00.000000Z"}}
+
+
+def test_an_edit_needing_more_approvals_resumes_on_the_new_requests_last_one(tmp_path):
+    graph = PausedGraph()
+    records = edit_records()
+    records[2] = partial(7, "n")  # the editor's approval of the edited call is partial
+    client = ScriptedClient(records)
+    worker = ResumeWorker(client, graph, state_file=tmp_path / "s")
+    assert worker.poll_once(0.1) == [] and graph.resumed == []
+    assert worker.last_seq == 4  # the saved position does not pass the open edit (seq 5)
+    client.records += [policy_record(8), rec(9, "refusal", "n", method="POST", path="/",
+                                             error="approver_already_approved"),
+                       partial(10, "n", 1, 3), final(11, "n", "t-new")]
+    (outcome,) = worker.poll_once(0.1)
+    assert (outcome.kind, outcome.seq, outcome.new_request_id, outcome.ticket_id) == (
+        "edited", 5, "n", "t-new")
+    ((resume, _),) = graph.resumed
+    assert resume["i-r"]["ticket_id"] == "t-new" and resume["i-r"]["request_id"] == "n"
+    assert worker.last_seq == 11
+    # A worker restarted from a state file before the edit re-reads it, whole.
+    again = PausedGraph()
+    assert [o.ticket_id for o in ResumeWorker(client, again, state_file=tmp_path / "s2")
+            .poll_once(0.1)] == ["t-new"]
+
+
+@pytest.mark.parametrize("closing, kind, resume", [
+    (rec(8, "timeout", "n", expires_at="2026-12-01T16:00:00.000000Z"), "timed_out",
+     {"outcome": "timed_out", "expires_at": "2026-12-01T16:00:00.000000Z"}),
+    (rec(8, "revocation", "n", reason="customer cancelled"), "revoked",
+     {"outcome": "revoked", "reason": "customer cancelled"}),
+    # The new request allows only approve (spec section 7.3); were a rejection recorded, it
+    # would still close the pause, never leave it waiting.
+    (rec(8, "rejection", "n", ticket_id="t-rej", rationale="no"), "rejected",
+     {"outcome": "rejected", "ticket_id": "t-rej", "rationale": "no"}),
+])
+def test_an_edit_waiting_for_approvals_closes_on_its_timeout_or_revocation(tmp_path, closing,
+                                                                           kind, resume):
+    graph = PausedGraph()
+    records = edit_records()
+    records[2] = partial(7, "n")
+    worker = ResumeWorker(ScriptedClient([*records, closing]), graph,
+                          state_file=tmp_path / "s")
+    (outcome,) = worker.poll_once(0.1)
+    assert (outcome.kind, outcome.request_id, outcome.new_request_id) == (kind, "r", "n")
+    assert graph.resumed[0][0] == {"i-r": resume}
+    assert worker.last_seq == 8

@@ -1,10 +1,13 @@
 """Python client of hitl-ledger, the tamper-evident ledger of human-in-the-loop approvals.
 
 - :class:`LedgerClient`: every route of the v1 HTTP API, with typed errors (:mod:`.errors`);
-  :meth:`LedgerClient.events` follows the decision stream as :class:`Event` objects.
+  :meth:`LedgerClient.events` follows the decision stream as :class:`Event` objects; the
+  governance routes (policy in force and its history, break-glass, post-event reviews).
 - :mod:`hitl_ledger.digest`: RFC 8785 canonical JSON, the action digest, the idempotency key.
-- :mod:`hitl_ledger.langgraph`: append before pausing, resume with a ticket, execute on a grant,
-  and :class:`~hitl_ledger.langgraph.ResumeWorker`, which resumes paused graphs from the stream.
+- :mod:`hitl_ledger.langgraph`: append before pausing, resume with a ticket, execute on a grant
+  (a paused tool raises :class:`ToolPaused`: route the action to a manual operator), and
+  :class:`~hitl_ledger.langgraph.ResumeWorker`, which resumes paused graphs from the stream (on
+  the final approval only, never on a partial one).
 - :mod:`hitl_ledger.langchain_hitl`: langchain ``HumanInTheLoopMiddleware`` decisions as ledger
   decisions, and a ledger-gated middleware for agents.
 """
@@ -12,10 +15,13 @@
 from . import errors
 from .client import (
     Authorization,
+    BreakGlassUse,
     DecisionResult,
     Event,
     EventStream,
     LedgerClient,
+    PolicyChange,
+    PolicyState,
     RequestState,
     WriteResult,
 )
@@ -42,6 +48,7 @@ from .errors import (
     LedgerConnectionError,
     LedgerProtocolError,
     NotCanonicalizable,
+    ToolPaused,
     UnsupportedDecision,
     error_for,
 )
@@ -55,6 +62,9 @@ __all__ = [
     "DecisionResult",
     "Authorization",
     "RequestState",
+    "PolicyState",
+    "PolicyChange",
+    "BreakGlassUse",
     "Event",
     "EventStream",
     "ACTION_SCHEMA",
@@ -75,6 +85,7 @@ __all__ = [
     "EventStreamError",
     "ApiError",
     "AuthorizationDenied",
+    "ToolPaused",
     "InvalidResume",
     "InterruptIdMismatch",
     "UnsupportedDecision",

@@ -11,7 +11,18 @@ repeating it cannot do anything twice:
   is returned again with the same idempotency key.
 
 ``authorize`` without an ``attempt_id`` is never retried: a second evaluation would be a second
-event in the ledger. Errors that the ledger answered (4xx) are never retried.
+event in the ledger. ``set_policy`` (``PUT /v1/policy``) is never retried either: repeated after
+another admin's change, it would record the older document again. Errors that the ledger
+answered (4xx) are never retried.
+
+Governance (spec sections 7.4-7.6 and 12): :meth:`LedgerClient.policy`,
+:meth:`~LedgerClient.set_policy` and :meth:`~LedgerClient.policy_history` read and change the
+policy in force (a ``policy`` record each); a decision on a tool that needs several approvals
+answers a *partial* approval (:attr:`DecisionResult.partial`: no ticket, the counts) until the
+last one; an ``authorize`` of a paused tool answers ``code="tool_paused"`` with
+:attr:`Authorization.route` ``"manual_operator"``; :meth:`~LedgerClient.break_glass`,
+:meth:`~LedgerClient.break_glass_reviews` and :meth:`~LedgerClient.review` are the emergency
+path and its post-event review.
 """
 
 from __future__ import annotations
@@ -41,6 +52,9 @@ __all__ = [
     "DecisionResult",
     "Authorization",
     "RequestState",
+    "PolicyState",
+    "PolicyChange",
+    "BreakGlassUse",
     "Event",
     "EventStream",
 ]
@@ -68,14 +82,32 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class DecisionResult(WriteResult):
-    """A decision's answer. For an edit, ``new_request_id``, ``ticket_id`` and ``expires_at``
-    are the new (edited) request's, ``record`` is the edit decision on the original, and
-    ``edited_action`` is the action the reviewer sent (the ledger bound its digest)."""
+    """A decision's answer (also a break-glass decision's). For an edit, ``new_request_id``,
+    ``ticket_id`` and ``expires_at`` are the new (edited) request's, ``record`` is the edit
+    decision on the original, and ``edited_action`` is the action the reviewer sent (the ledger
+    bound its digest).
+
+    **Partial approvals** (spec section 7.5). On a tool whose policy needs
+    ``approvals_required`` > 1 distinct approvals, every approval but the last is partial:
+    :attr:`partial` is ``True``, ``ticket_id`` and ``expires_at`` are ``None``, ``approvals`` is
+    the number of distinct approvals counted with this one and ``approvals_required`` how many
+    the tool needs. A partial approval issues nothing: there is no ticket to resume a graph
+    with or to authorize (:func:`hitl_ledger.langgraph.resume_value` refuses it), and the
+    request stays open until the last approval, whose answer carries the ticket (and the
+    counts). An edit of such a tool counts as the editor's approval of the edited call, so its
+    answer may be partial too (``new_request_id`` set, ``ticket_id`` ``None``). The same
+    reviewer's approval sent again answers the same partial approval (``duplicate``), even once
+    others completed the request: read the request (:meth:`LedgerClient.get_request`) for its
+    state. ``approvals`` and ``approvals_required`` are ``None`` on a tool that needs one
+    approval.
+    """
 
     ticket_id: str | None = None
     expires_at: str | None = None
     new_request_id: str | None = None
     edited_action: dict[str, Any] | None = None
+    approvals: int | None = None
+    approvals_required: int | None = None
 
     @property
     def decision(self) -> str:
@@ -83,6 +115,17 @@ class DecisionResult(WriteResult):
         if self.record.get("kind") == "rejection":
             return "reject"
         return self.body.get("decision", "")
+
+    @property
+    def partial(self) -> bool:
+        """An approval (or an edit's approval of the new request) that issued no ticket: more
+        distinct approvals are needed (``approvals`` of ``approvals_required``)."""
+        return self.ticket_id is None and self.decision in ("approve", "edit")
+
+    @property
+    def break_glass(self) -> bool:
+        """A break-glass decision (spec section 7.6): ``record`` is marked ``break_glass``."""
+        return self.body.get("break_glass") is True
 
 
 @dataclass(frozen=True)
@@ -92,6 +135,14 @@ class Authorization(WriteResult):
     granted: bool = False
     code: str | None = None
     idempotency_key: str | None = None
+    route: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """The tool is paused in the policy in force (``code == "tool_paused"``): nothing may
+        run it; hand the action to a manual operator (:attr:`route`) instead of retrying. The
+        ticket was not used: it grants after the tool is unpaused, if still valid."""
+        return self.code == "tool_paused"
 
     @property
     def would_deny(self) -> str | None:
@@ -105,18 +156,71 @@ class Authorization(WriteResult):
 
 @dataclass(frozen=True)
 class RequestState:
-    """``GET /v1/requests/{id}``: the request's state and every record naming it (every page)."""
+    """``GET /v1/requests/{id}``: the request's state and every record naming it (every page).
+
+    ``approvals`` are the counted approvals, in order (``[{"principal", "seq"}]``: "1 of 2
+    approvals, by whom"), ``approvals_required`` how many the request's tool needs under the
+    policy in force (``None`` from a server that does not answer them).
+    """
 
     request_id: str
     state: str
     records: list[dict[str, Any]]
     raw: dict[str, Any] = field(repr=False)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    approvals_required: int | None = None
 
     def kinds(self) -> list[str]:
         return [r["kind"] for r in self.records]
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["kind"] == kind]
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """``GET /v1/policy``: the policy document in force and the ``policy`` record that put it
+    in force (``record``, ``seq`` and ``leaf_hash`` are ``None`` while the log holds no policy
+    record yet, which only a ledger created before policy records can show)."""
+
+    policy: dict[str, Any]
+    policy_digest: str
+    record: dict[str, Any] | None
+    seq: int | None
+    leaf_hash: str | None
+    raw: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    """One entry of ``GET /v1/policy/history``: a ``policy`` record, who wrote it and when."""
+
+    seq: int
+    ts: str
+    actor: dict[str, Any]
+    policy_digest: str
+    leaf_hash: str
+    record: dict[str, Any]
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The document this record put in force."""
+        return (self.record.get("body") or {}).get("policy", {})
+
+
+@dataclass(frozen=True)
+class BreakGlassUse:
+    """One entry of ``GET /v1/reviews/break-glass``: a break-glass decision awaiting its
+    post-event review. ``actor`` is the break-glass operator, ``reason`` the stated intent,
+    ``record`` the ``decision`` (``break_glass: true``) and ``leaf_hash`` its id."""
+
+    request_id: str
+    seq: int
+    ts: str
+    actor: dict[str, Any]
+    reason: str | None
+    leaf_hash: str
+    record: dict[str, Any]
 
 
 def _seg(value: str) -> str:
@@ -380,21 +484,14 @@ class LedgerClient:
         status, answer = self.request(
             "POST", f"/v1/requests/{_seg(request_id)}/decision", body, idempotent=True
         )
-        base = _write_result(status, answer)
-        return DecisionResult(
-            record=base.record,
-            leaf_hash=base.leaf_hash,
-            seq=base.seq,
-            duplicate=base.duplicate,
-            status=base.status,
-            raw=base.raw,
-            ticket_id=answer.get("ticket_id"),
-            expires_at=answer.get("expires_at"),
-            new_request_id=answer.get("new_request_id"),
-            edited_action=edited_action if decision == "edit" else None,
-        )
+        return _decision_result(status, answer, edited_action if decision == "edit" else None)
 
     def approve(self, request_id: str, rationale: str | None = None) -> DecisionResult:
+        """An approval; on a tool needing several approvals, possibly a partial one (see
+        :class:`DecisionResult`). A governed tool's refusals raise
+        :class:`~hitl_ledger.errors.ApproverIsRequester`,
+        :class:`~hitl_ledger.errors.ApproverAlreadyApproved` or
+        :class:`~hitl_ledger.errors.ApproverNotAllowed` (403, recorded as refusals)."""
         return self.decide(request_id, "approve", rationale=rationale)
 
     def reject(self, request_id: str, rationale: str) -> DecisionResult:
@@ -417,8 +514,11 @@ class LedgerClient:
     ) -> Authorization:
         """``POST /v1/requests/{id}/authorize`` (agent): the tool-boundary check.
 
-        A denial is not an exception: it answers ``granted=False`` with the ``code``. Retried
-        after a connection failure only when ``attempt_id`` is given (spec section 4).
+        A denial is not an exception: it answers ``granted=False`` with the ``code``. A paused
+        tool is such a denial, ``code="tool_paused"`` (:attr:`Authorization.paused`), with
+        :attr:`Authorization.route` ``"manual_operator"``: hand the action to a person, do not
+        retry (the ticket is untouched). Retried after a connection failure only when
+        ``attempt_id`` is given (spec section 4).
         """
         body = _drop_none(
             {
@@ -439,6 +539,11 @@ class LedgerClient:
         granted = answer.get("granted")
         if not isinstance(granted, bool):
             raise LedgerProtocolError(f"authorize answered without a boolean granted: {answer!r}")
+        code = answer.get("code")
+        if code == "tool_paused" and granted:
+            raise LedgerProtocolError(
+                f"authorize answered a grant with code tool_paused: {answer!r}"
+            )
         return Authorization(
             record=base.record,
             leaf_hash=base.leaf_hash,
@@ -447,8 +552,9 @@ class LedgerClient:
             status=base.status,
             raw=base.raw,
             granted=granted,
-            code=answer.get("code"),
+            code=code,
             idempotency_key=answer.get("idempotency_key"),
+            route=answer.get("route"),
         )
 
     def revoke(self, request_id: str, reason: str) -> WriteResult:
@@ -484,6 +590,71 @@ class LedgerClient:
         )
         status, answer = self.request(
             "POST", f"/v1/requests/{_seg(request_id)}/follow-ups", body, idempotent=True
+        )
+        return _write_result(status, answer)
+
+    # ------------------------------------------------------------------ governance
+
+    def set_policy(self, document: dict[str, Any]) -> WriteResult:
+        """``PUT /v1/policy`` (admin): record ``document`` as the policy in force (spec section
+        12). The answer is its ``policy`` record (``status`` 201), or, for the document already
+        in force, that record again (``duplicate``, 200).
+
+        The document is sent as canonical JSON (a value the ledger could read two ways is
+        refused locally, :class:`~hitl_ledger.errors.NotCanonicalizable`). A document that fails
+        the contract's validation raises :class:`~hitl_ledger.errors.InvalidPolicy` (400,
+        nothing written); any other token than an admin's,
+        :class:`~hitl_ledger.errors.Forbidden` (403, recorded as a refusal).
+
+        Never retried: a ``PUT`` repeated after another admin's change would record this
+        document again over it. After a :class:`~hitl_ledger.errors.LedgerConnectionError`, read
+        :meth:`policy` and send again if it is not in force.
+        """
+        if not isinstance(document, dict):
+            raise TypeError(f"a policy document is a JSON object, not {type(document).__name__}")
+        status, answer = self.request("PUT", "/v1/policy", document, idempotent=False)
+        return _write_result(status, answer)
+
+    def break_glass(self, request_id: str, action: dict[str, Any], reason: str) -> DecisionResult:
+        """``POST /v1/requests/{id}/break-glass`` (a ``break_glass`` token): an emergency
+        approval of exactly ``action`` (the request's action) of one open request, with the
+        operator's ``reason`` (spec section 7.6).
+
+        One ``decision`` marked ``break_glass: true`` with a single-use ticket
+        (:attr:`DecisionResult.ticket_id`, checked by ``authorize`` like any approval; a paused
+        tool still denies it). It enters the post-event review queue
+        (:meth:`break_glass_reviews`). Refused and recorded: another role
+        (:class:`~hitl_ledger.errors.Forbidden`), a tool that does not allow it
+        (:class:`~hitl_ledger.errors.BreakGlassNotAllowed`), another action
+        (:class:`~hitl_ledger.errors.BreakGlassActionMismatch`). The same call sent again
+        answers the recorded decision (so it is retried like the other idempotent appends).
+        """
+        validate_action(action)
+        if not isinstance(reason, str):
+            raise TypeError(f"a break-glass reason is a string, not {type(reason).__name__}")
+        status, answer = self.request(
+            "POST",
+            f"/v1/requests/{_seg(request_id)}/break-glass",
+            {"action": action, "reason": reason},
+            idempotent=True,
+        )
+        return _decision_result(status, answer, None)
+
+    def review(self, request_id: str, verdict: str, rationale: str) -> WriteResult:
+        """``POST /v1/requests/{id}/review`` (reviewer): the post-event review of the request's
+        break-glass use, ``verdict`` ``"acknowledged"`` or ``"disputed"``, with a rationale
+        (spec section 7.6). The answer's record is the ``review``. Refused: a review by the
+        break-glass user (:class:`~hitl_ledger.errors.ReviewerIsBreakGlassUser`, recorded), of
+        a request without a break-glass use (:class:`~hitl_ledger.errors.NoBreakGlass`), a
+        second review with other content (:class:`~hitl_ledger.errors.IdempotencyConflict`).
+        """
+        if not isinstance(verdict, str) or not isinstance(rationale, str):
+            raise TypeError("a review's verdict and rationale are strings")
+        status, answer = self.request(
+            "POST",
+            f"/v1/requests/{_seg(request_id)}/review",
+            {"verdict": verdict, "rationale": rationale},
+            idempotent=True,
         )
         return _write_result(status, answer)
 
@@ -526,17 +697,90 @@ class LedgerClient:
                     f"{after!r}"
                 )
             after = nxt
+        approvals = page.get("approvals")
+        required = page.get("approvals_required")
         return RequestState(
             request_id=page["request_id"],
             state=page["state"],
             records=records,
             raw={**{k: v for k, v in page.items() if k != "next_after"}, "records": records},
+            approvals=list(approvals) if isinstance(approvals, list) else [],
+            approvals_required=required if type(required) is int else None,
         )
 
     def pending(self) -> list[dict[str, Any]]:
         """``GET /v1/pending`` (reviewer, auditor): what needs an answer now."""
         _, answer = self.request("GET", "/v1/pending")
         return answer["pending"]
+
+    def policy(self) -> PolicyState:
+        """``GET /v1/policy`` (every role): the policy in force and the record that put it in
+        force."""
+        _, answer = self.request("GET", "/v1/policy")
+        if not isinstance(answer, dict) or not isinstance(answer.get("policy"), dict):
+            raise LedgerProtocolError(f"GET /v1/policy answered no policy: {answer!r}")
+        try:
+            return PolicyState(
+                policy=answer["policy"],
+                policy_digest=answer["policy_digest"],
+                record=answer["record"],
+                seq=answer["seq"],
+                leaf_hash=answer["leaf_hash"],
+                raw=answer,
+            )
+        except KeyError as e:
+            raise LedgerProtocolError(f"GET /v1/policy answered without {e}: {answer!r}") from e
+
+    def policy_history(self) -> list[PolicyChange]:
+        """``GET /v1/policy/history`` (reviewer, auditor): every policy record, oldest first,
+        with who recorded it."""
+        _, answer = self.request("GET", "/v1/policy/history")
+        items = answer.get("policies") if isinstance(answer, dict) else None
+        if not isinstance(items, list):
+            raise LedgerProtocolError(f"GET /v1/policy/history answered no policies: {answer!r}")
+        try:
+            return [
+                PolicyChange(
+                    seq=p["seq"],
+                    ts=p["ts"],
+                    actor=p["actor"],
+                    policy_digest=p["policy_digest"],
+                    leaf_hash=p["leaf_hash"],
+                    record=p["record"],
+                )
+                for p in items
+            ]
+        except (KeyError, TypeError) as e:
+            raise LedgerProtocolError(
+                f"GET /v1/policy/history: an entry lacks {e}: {answer!r}"
+            ) from e
+
+    def break_glass_reviews(self) -> list[BreakGlassUse]:
+        """``GET /v1/reviews/break-glass`` (reviewer, auditor): the break-glass uses awaiting
+        their post-event review, oldest first (of the tenants the token reaches)."""
+        _, answer = self.request("GET", "/v1/reviews/break-glass")
+        items = answer.get("break_glass") if isinstance(answer, dict) else None
+        if not isinstance(items, list):
+            raise LedgerProtocolError(
+                f"GET /v1/reviews/break-glass answered no break_glass list: {answer!r}"
+            )
+        try:
+            return [
+                BreakGlassUse(
+                    request_id=u["request_id"],
+                    seq=u["seq"],
+                    ts=u["ts"],
+                    actor=u["actor"],
+                    reason=u["reason"],
+                    leaf_hash=u["leaf_hash"],
+                    record=u["record"],
+                )
+                for u in items
+            ]
+        except (KeyError, TypeError) as e:
+            raise LedgerProtocolError(
+                f"GET /v1/reviews/break-glass: an entry lacks {e}: {answer!r}"
+            ) from e
 
     def thread_records_page(
         self, thread_id: str, *, after: int | None = None, limit: int | None = None
@@ -655,6 +899,60 @@ def _write_result(status: int, answer: Any) -> WriteResult:
         )
     except KeyError as e:
         raise LedgerProtocolError(f"answer {status} lacks {e}: {answer!r}", status=status) from e
+
+
+def _count(answer: dict[str, Any], name: str, status: int) -> int | None:
+    value = answer.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise LedgerProtocolError(
+            f"answer {status}: {name} is not a positive integer: {answer!r}", status=status
+        )
+    return value
+
+
+def _decision_result(
+    status: int, answer: Any, edited_action: dict[str, Any] | None
+) -> DecisionResult:
+    """A decision's (or a break-glass decision's) answer, its counts checked: an approval
+    without a ticket must be a partial one, never read as a usable (absent) ticket."""
+    base = _write_result(status, answer)
+    ticket_id = answer.get("ticket_id")
+    if ticket_id is not None and (not isinstance(ticket_id, str) or not ticket_id):
+        raise LedgerProtocolError(f"answer {status}: ticket_id is not a string: {answer!r}",
+                                  status=status)
+    approvals = _count(answer, "approvals", status)
+    required = _count(answer, "approvals_required", status)
+    if (approvals is None) != (required is None):
+        raise LedgerProtocolError(
+            f"answer {status}: approvals and approvals_required come together: {answer!r}",
+            status=status,
+        )
+    result = DecisionResult(
+        record=base.record,
+        leaf_hash=base.leaf_hash,
+        seq=base.seq,
+        duplicate=base.duplicate,
+        status=base.status,
+        raw=base.raw,
+        ticket_id=ticket_id,
+        expires_at=answer.get("expires_at"),
+        new_request_id=answer.get("new_request_id"),
+        edited_action=edited_action,
+        approvals=approvals,
+        approvals_required=required,
+    )
+    if result.partial and (
+        approvals is None or required is None or approvals >= required
+        or result.expires_at is not None
+    ):
+        raise LedgerProtocolError(
+            f"answer {status}: an approval without a ticket that is not a partial approval "
+            f"(approvals < approvals_required, no expiry): {answer!r}",
+            status=status,
+        )
+    return result
 
 
 def _retry_after(headers: http.client.HTTPMessage | None) -> float | None:

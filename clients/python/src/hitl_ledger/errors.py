@@ -140,6 +140,14 @@ class UnknownFollows(BadRequest):
     code = "unknown_follows"
 
 
+class InvalidPolicy(BadRequest):
+    """A policy document that fails the contract's validation (spec section 12): an unknown
+    field, a zero duration or ``approvals_required``, an unknown mode, an ``approvals_required``
+    above the number of ``approvers``, …; nothing was written."""
+
+    code = "invalid_policy"
+
+
 # 401 / 403
 class Unauthenticated(ApiError):
     status = 401
@@ -149,6 +157,46 @@ class Unauthenticated(ApiError):
 class Forbidden(ApiError):
     status = 403
     code = "forbidden"
+
+
+class GovernedDecisionRefused(Forbidden):
+    """Base of the refusals of a decision on a governed tool (spec section 7.5): the ledger
+    answered 403 and recorded a ``refusal`` in the request; nothing was decided."""
+
+    code = "forbidden"
+
+
+class ApproverIsRequester(GovernedDecisionRefused):
+    """The reviewer's principal opened the request: another reviewer decides it."""
+
+    code = "approver_is_requester"
+
+
+class ApproverAlreadyApproved(GovernedDecisionRefused):
+    """The reviewer's approval of the request is already counted (with other content): a
+    second approval by the same reviewer does not count twice."""
+
+    code = "approver_already_approved"
+
+
+class ApproverNotAllowed(GovernedDecisionRefused):
+    """The tool names ``approvers`` and none of them admits the reviewer."""
+
+    code = "approver_not_allowed"
+
+
+class BreakGlassNotAllowed(Forbidden):
+    """The tool's policy in force does not allow break-glass (spec section 7.6); recorded as a
+    refusal, nothing granted."""
+
+    code = "break_glass_not_allowed"
+
+
+class ReviewerIsBreakGlassUser(Forbidden):
+    """A post-event review by the principal who used break-glass: another reviewer reviews it
+    (spec section 7.6); recorded as a refusal."""
+
+    code = "reviewer_is_break_glass_user"
 
 
 # 404
@@ -200,6 +248,20 @@ class IdentifierInUse(ConflictError):
     already uses; nothing was written (the answer says no more about it)."""
 
     code = "identifier_in_use"
+
+
+class BreakGlassActionMismatch(ConflictError):
+    """A break-glass ``action`` whose digest is not the request's ``action_digest``: the
+    emergency grant is for exactly the action under review (spec section 7.6); recorded as a
+    refusal, nothing granted."""
+
+    code = "break_glass_action_mismatch"
+
+
+class NoBreakGlass(ConflictError):
+    """A post-event review of a request that has no break-glass use (spec section 7.6)."""
+
+    code = "no_break_glass"
 
 
 # 413 / 415
@@ -274,8 +336,14 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
         ReviewTtlTooLong,
         InvalidTicketId,
         UnknownFollows,
+        InvalidPolicy,
         Unauthenticated,
         Forbidden,
+        ApproverIsRequester,
+        ApproverAlreadyApproved,
+        ApproverNotAllowed,
+        BreakGlassNotAllowed,
+        ReviewerIsBreakGlassUser,
         NotFound,
         RequestNotFound,
         ThreadNotFound,
@@ -284,6 +352,8 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
         Conflict,
         IdempotencyConflict,
         IdentifierInUse,
+        BreakGlassActionMismatch,
+        NoBreakGlass,
         BodyTooLarge,
         RecordTooLarge,
         UnsupportedMediaType,
@@ -331,8 +401,11 @@ def error_for(
     )
 
 
-#: The denial codes of an evaluated authorization (spec section 3), in the order they are checked.
+#: The denial codes of an evaluated authorization (spec section 7.4), in the order they are
+#: checked: ``tool_paused`` (the tool is paused in the policy in force: hand the action to a
+#: manual operator) before every other.
 DENIAL_CODES: tuple[str, ...] = (
+    "tool_paused",
     "approval_pending",
     "approval_not_found",
     "approval_request_mismatch",
@@ -352,10 +425,46 @@ class AuthorizationDenied(HitlLedgerError):
     record), so this carries the ``code`` and the authorization answer as evidence.
     """
 
-    def __init__(self, code: str, authorization: Any = None) -> None:
-        super().__init__(f"authorization denied: {code}")
+    def __init__(self, code: str, authorization: Any = None, message: str | None = None) -> None:
+        super().__init__(message or f"authorization denied: {code}")
         self.code = code
         self.authorization = authorization
+
+
+class ToolPaused(AuthorizationDenied):
+    """The tool is paused in the policy in force (spec sections 7.4 and 12): ``authorize``
+    answered ``granted: false``, ``code: "tool_paused"``, ``"route": "manual_operator"``.
+
+    Not a refusal of the action: the ledger tells the host to hand it to a person (a manual
+    operator) instead of running it, and not to retry (every ``authorize`` of the tool is
+    denied the same way until a later policy record unpauses it). The side effect was not
+    called and the ticket was not used: after the tool is unpaused, the same ticket grants if
+    it is still valid. ``authorization`` is the ledger's answer (its ``record`` is the recorded
+    ``authorization``, the evidence), ``route`` the answer's ``route`` (``"manual_operator"``),
+    ``request_id`` the request and ``action`` the call that was presented, for the operator.
+
+    :func:`hitl_ledger.langgraph.execute_approved` raises it whatever ``raise_on_deny`` says,
+    so that a paused action is never mistaken for an ordinary denial and silently dropped.
+    """
+
+    def __init__(
+        self,
+        authorization: Any = None,
+        *,
+        request_id: str | None = None,
+        action: Any = None,
+        route: str | None = "manual_operator",
+    ) -> None:
+        where = f" (request {request_id})" if request_id else ""
+        super().__init__(
+            "tool_paused",
+            authorization,
+            f"authorization denied: tool_paused{where}: the tool is paused by the policy in "
+            f"force; route the action to a manual operator ({route}), do not retry",
+        )
+        self.request_id = request_id
+        self.action = action
+        self.route = route
 
 
 class InvalidResume(HitlLedgerError, ValueError):

@@ -9,7 +9,11 @@ What the stream promises and what this iterator checks:
   that ``leaf_hash`` is the leaf hash of the record's canonical form. The data is read as the
   ledger writes leaves: strictly (no duplicate names, no NaN), and losslessly: an integer
   literal beyond 2^53 (JCS writes a large double such as ``1e20`` as one) is read as the double
-  it names (a ``float``), so a record holding one is delivered like any other. Any failure raises
+  it names (a ``float``), so a record holding one is delivered like any other. Records are
+  not checked against a list of kinds or body members: the ``policy`` and ``review`` kinds, the
+  optional members of later v1 extensions (``approvals``, ``approved_as``, ``break_glass``, an
+  interrupt's ``policy``) and whatever a later version adds are delivered as they are (spec
+  section 11.5: a client that refuses a record stops at it for ever). Any failure raises
   :class:`~hitl_ledger.errors.EventStreamError`: an event is never skipped or repeated silently.
 - A dropped connection, a read that sees neither an event nor a heartbeat for ``read_timeout``
   seconds, a connection error or a 5xx answer (503 included) makes it reconnect with
@@ -64,8 +68,25 @@ class Event:
 
     @property
     def kind(self) -> str:
-        """The record's ``kind`` (``interrupt``, ``decision``, ``rejection``, …)."""
+        """The record's ``kind``: ``interrupt``, ``decision``, ``rejection``, ``follow_up``,
+        ``authorization``, ``timeout``, ``revocation``, ``refusal``, ``policy`` (a change of
+        the policy in force, thread ``hitl-ledger/policy``, no request; not sent to agent
+        tokens) or ``review`` (a break-glass use's post-event review). A kind this client does
+        not know is delivered like any other (spec section 11.5: clients read every record)."""
         return self.record.get("kind", "")
+
+    @property
+    def partial(self) -> bool:
+        """A partial approval (spec section 7.5): a ``decision`` that approves with
+        ``ticket_id: null`` (``body["approvals"]`` of ``body["approvals_required"]``). It
+        issues nothing and leaves the request open: nothing may resume or authorize with it;
+        the last approval carries the ticket."""
+        body = self.body
+        return (
+            self.kind == "decision"
+            and body.get("decision") == "approve"
+            and body.get("ticket_id") is None
+        )
 
     @property
     def request_id(self) -> str | None:

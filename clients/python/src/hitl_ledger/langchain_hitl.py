@@ -17,7 +17,15 @@ Agent side: :class:`LedgerHumanInTheLoopMiddleware` gates tool calls like the mi
 ``per_call`` mode, with the ledger in the loop: before pausing it appends the interrupt, on
 resume it takes only a ticket, and it calls ``authorize`` immediately before the tool runs; the
 tool runs only on a grant (it can read the grant's idempotency key with
-:func:`current_idempotency_key`). A denial becomes an error ``ToolMessage`` naming the code.
+:func:`current_idempotency_key`). A denial becomes an error ``ToolMessage`` naming the code. A
+paused tool (the ledger's ``tool_paused``, route ``manual_operator``) is not a denial to show
+the model: :class:`~hitl_ledger.errors.ToolPaused` propagates out of the agent's run (the tool
+is not run, nothing is retried), for the host to hand the action to a manual operator.
+
+On a tool that needs several distinct approvals (spec section 7.5), a reviewer's approval may
+be partial (:attr:`~hitl_ledger.client.DecisionResult.partial`: no ticket yet): there is then
+nothing to resume with, and ``resume_command`` of it raises
+:class:`~hitl_ledger.errors.InvalidResume`; resume with the last approval's answer.
 """
 
 from __future__ import annotations
@@ -109,7 +117,8 @@ def record_hitl_decision(
 
     ``reviewer`` must hold the reviewer's own token. ``rationale`` is added to an approve or an
     edit (langchain's decisions carry none). Answers the ledger's result: resume with
-    ``resume_command(result)``.
+    ``resume_command(result)`` unless ``result.partial`` (an approval that more reviewers must
+    join before a ticket is issued: wait for the last one).
     """
     body = to_ledger_decision(decision, default_reject_rationale=default_reject_rationale)
     if body["decision"] != "reject" and rationale is not None:
@@ -187,6 +196,12 @@ def _build_middleware_class() -> type:
         ``interrupt_on`` maps tool names to ``True`` (approve, edit, reject) or a dict with
         ``allowed_decisions`` and optionally ``redact`` (JSON Pointers into the args) and
         ``review_ttl_seconds``. Tools not named run without review.
+
+        When the ledger answers that the tool is paused, the tool is not called and
+        :class:`~hitl_ledger.errors.ToolPaused` (with the ``request_id``, the ``action`` and
+        the recorded ``authorization``) propagates out of the agent's run: route the action
+        to a manual operator. Any other denial is returned to the model as an error
+        ``ToolMessage``.
         """
 
         def __init__(

@@ -21,6 +21,20 @@ The pattern, inside one node (LangGraph re-runs an interrupted node from its sta
   side effect only on a grant, with the grant's idempotency key. A denial, an unreachable
   ledger or any error means the side effect is not called.
 
+Governance (spec sections 7.4 and 7.5):
+
+- A tool that needs several distinct approvals gets *partial* approvals (``decision`` records
+  with ``ticket_id: null``) before its last one. A partial approval resumes nothing: the
+  :class:`ResumeWorker` keeps the thread paused until the last approval, which carries the
+  ticket (a rejection, the review deadline or a revocation still closes the request), and
+  :func:`resume_value` refuses a partial approval's answer.
+- A paused tool: ``authorize`` answers ``tool_paused`` with ``"route": "manual_operator"``, and
+  :func:`execute_approved` raises :class:`~hitl_ledger.errors.ToolPaused` (an
+  :class:`~hitl_ledger.errors.AuthorizationDenied`) without calling the side effect or retrying:
+  the host hands the action to a manual operator. Resumed by the worker, the graph's run ends
+  with that error in :attr:`ResumeOutcome.error` and is not resumed again. The ticket is
+  untouched: once a later policy unpauses the tool, the same approval grants if still valid.
+
 Records carry the graph's ``thread_id``, ``run_id``, ``checkpoint_ns`` and ``checkpoint_id``:
 pass a fresh ``run_id`` per invocation in ``config["configurable"]`` (see :func:`run_config`).
 
@@ -65,6 +79,7 @@ from .errors import (
     InterruptIdMismatch,
     InvalidResume,
     LedgerConnectionError,
+    ToolPaused,
 )
 
 __all__ = [
@@ -389,9 +404,17 @@ def resume_value(ticket: str | DecisionResult) -> dict[str, Any]:
     edit; for a rejection, the explicit outcome ``rejected`` with the rejection's ticket and the
     rationale. Never build it from what a browser claims (reviewer, approval flag, action
     details). (:class:`ResumeWorker` builds the same values from the decision stream, and also
-    ``timed_out`` and ``revoked``.)
+    ``timed_out`` and ``revoked``.) A partial approval's answer (:attr:`DecisionResult.partial`:
+    a tool that needs more distinct approvals) raises :class:`InvalidResume`: it issues no
+    ticket, and the graph waits for the last approval.
     """
     if isinstance(ticket, DecisionResult):
+        if ticket.partial:
+            raise InvalidResume(
+                f"the decision answer is a partial approval ({ticket.approvals} of "
+                f"{ticket.approvals_required} approvals): it issues no ticket; resume with the "
+                "last approval's answer"
+            )
         if ticket.ticket_id is None:
             raise InvalidResume("the decision answer carries no ticket_id")
         if ticket.decision == "reject":
@@ -458,6 +481,9 @@ def parse_resume(value: Any, *, request_id: str, action: dict[str, Any]) -> Appr
       "expires_at"}``, ``{"outcome": "revoked", "reason"}``: the request was closed without an
       approval; the :class:`Approval` says so and :func:`execute_approved` will not execute.
 
+    A partial approval (spec section 7.5) has no ticket, so it has no resume form: a graph is
+    resumed on the last approval only.
+
     Nothing here is trusted: a grant needs the ledger's ``authorize``, which checks the
     presented call's digest against what the reviewer approved. Anything else is refused.
     """
@@ -497,6 +523,16 @@ def parse_resume(value: Any, *, request_id: str, action: dict[str, Any]) -> Appr
             expires_at=expires_at,
         )
 
+    new_rid = value.get("request_id")
+    edited = value.get("edited_action")
+    if (new_rid is None) != (edited is None):
+        raise InvalidResume("an edit's resume carries both request_id and edited_action")
+    if new_rid is None and "redacted" in value:
+        raise InvalidResume("only an edit's resume names redacted pointers")
+    rebuilt = None
+    if new_rid is not None:
+        rebuilt = _rebuild_edited(value, new_rid, edited, request_id=request_id, action=action)
+
     if outcome == "rejected":
         return closed("rationale", value["rationale"])
     if outcome == "timed_out":
@@ -505,13 +541,7 @@ def parse_resume(value: Any, *, request_id: str, action: dict[str, Any]) -> Appr
     if outcome == "revoked":
         return closed("reason", value["reason"])
 
-    new_rid = value.get("request_id")
-    edited = value.get("edited_action")
-    if (new_rid is None) != (edited is None):
-        raise InvalidResume("an edit's resume carries both request_id and edited_action")
-    if new_rid is None:
-        if "redacted" in value:
-            raise InvalidResume("only an edit's resume names redacted pointers")
+    if rebuilt is None:
         return Approval(
             request_id=request_id,
             ticket_id=ticket_id,
@@ -519,6 +549,27 @@ def parse_resume(value: Any, *, request_id: str, action: dict[str, Any]) -> Appr
             original_request_id=request_id,
             expires_at=expires_at,
         )
+    return Approval(
+        request_id=new_rid,
+        ticket_id=ticket_id,
+        action=rebuilt,
+        original_request_id=request_id,
+        edited=True,
+        outcome="edited",
+        expires_at=expires_at,
+    )
+
+
+def _rebuild_edited(
+    value: Mapping[str, Any],
+    new_rid: Any,
+    edited: Any,
+    *,
+    request_id: str,
+    action: dict[str, Any],
+) -> dict[str, Any]:
+    """An edit resume's call as it will execute: the edited call with the node's own clear
+    values put back at its ``redacted`` pointers (see :func:`parse_resume`)."""
     if not isinstance(new_rid, str) or not new_rid or new_rid == request_id:
         raise InvalidResume("an edit's request_id is the new request the ledger created")
     try:
@@ -546,15 +597,7 @@ def parse_resume(value: Any, *, request_id: str, action: dict[str, Any]) -> Appr
                         "call does not hold; it cannot be authorized", new_rid, pointer)
             continue
         _pointer_set(rebuilt["args"], pointer, copy.deepcopy(clear))
-    return Approval(
-        request_id=new_rid,
-        ticket_id=ticket_id,
-        action=rebuilt,
-        original_request_id=request_id,
-        edited=True,
-        outcome="edited",
-        expires_at=expires_at,
-    )
+    return rebuilt
 
 
 # ---------------------------------------------------------------------------- execution
@@ -628,11 +671,28 @@ def execute_approved(
     :data:`CLOSED_CODES` of it. A rejection still asks ``authorize`` with its ticket, so the
     ledger records the host's attempt and answers the denial (its code is reported, e.g.
     ``approval_rejected``); a timeout or a revocation has no ticket to present.
+
+    **A paused tool** (spec section 7.4: the ledger answers ``code: "tool_paused"``, ``"route":
+    "manual_operator"``) raises :class:`~hitl_ledger.errors.ToolPaused` (a subclass of
+    :class:`~hitl_ledger.errors.AuthorizationDenied`), whatever ``raise_on_deny`` says: the side
+    effect is not called, nothing is retried, and the host hands the action (the exception's
+    ``action`` and ``request_id``, the recorded ``authorization``) to a manual operator. The
+    ticket is not used: once a later policy unpauses the tool, the same approval grants if it
+    is still valid. (A rejected request of a paused tool is reported as rejected, never as
+    paused: there is nothing to hand on.)
+
+    An approval without a ticket (a partial approval has none) raises
+    :class:`~hitl_ledger.errors.InvalidResume` before anything is asked.
     """
     approval = Approval.from_state(approval)
     if not approval.approved:
         return _closed_outcome(client, approval, raise_on_deny=raise_on_deny,
                                attempt_id=attempt_id, config=config)
+    if not isinstance(approval.ticket_id, str) or not approval.ticket_id:
+        raise InvalidResume(
+            f"the approval of {approval.request_id} carries no ticket (a partial approval "
+            "issues none): nothing to authorize"
+        )
     to_run = approval.action if action is None else action
     validate_action(to_run)
     frozen = canonicalize(to_run)  # the exact bytes authorized and executed
@@ -659,6 +719,10 @@ def execute_approved(
         authorization_seq=auth.seq,
         authorization=auth,
     )
+    if auth.paused:
+        # Not an ordinary denial: the action goes to a manual operator, and is not retried.
+        raise ToolPaused(auth, request_id=approval.request_id, action=json.loads(frozen),
+                         route=auth.route or "manual_operator")
     if not auth.granted or not auth.idempotency_key:
         if raise_on_deny:
             raise AuthorizationDenied(auth.code or "denied", auth)
@@ -709,7 +773,10 @@ def _closed_outcome(
             run_id=ctx.run_id if ctx else None,
             checkpoint_id=ctx.checkpoint_id if ctx else None,
         )
-        code = auth.code or code  # the ledger's word (approval_rejected, or what it found)
+        if not auth.paused:
+            # The ledger's word (approval_rejected, or what it found). A paused tool is
+            # checked first, so then it cannot say "rejected": the request's outcome stands.
+            code = auth.code or code
     if raise_on_deny:
         raise AuthorizationDenied(code, auth)
     return GateOutcome(
@@ -772,9 +839,11 @@ class ResumeOutcome:
       ``interrupt_id``: LangGraph's id of the interrupt resumed.
     - ``kind``: ``approved``, ``edited``, ``rejected``, ``timed_out`` or ``revoked``.
     - ``seq``: the seq of the record that closed the request (for an edit, the edit decision;
-      the edit's new interrupt and approval follow it).
-    - ``ticket_id``: the approval's ticket (for an edit, the new request's), the rejection's
-      ticket, or ``None``; ``new_request_id``: an edit's new request; ``expires_at``: when the
+      the edit's new interrupt and approval follow it, and, where the edited call needed more
+      approvals, whatever closed the new request is later still).
+    - ``ticket_id``: the approval's ticket (for an edit, the new request's; after a two-person
+      approval, the last approval's), the rejection's ticket, or ``None``; ``new_request_id``:
+      an edit's new request; ``expires_at``: when the
       approval stops being valid, or the review deadline that passed; ``reason``: the
       rejection's rationale or the revocation's reason.
     - ``result``: what ``graph.invoke`` returned, or ``None`` when it raised ``error``.
@@ -870,6 +939,18 @@ class ResumeWorker:
     Nothing in it is trusted and nothing comes from anywhere else: a grant still needs the
     ledger's ``authorize``.
 
+    Two-person approval (spec section 7.5): on a tool that needs ``approvals_required`` > 1
+    distinct approvals, every approval but the last is a *partial* approval (a ``decision``
+    with ``ticket_id: null``). It does not close the request and the worker does not resume on
+    it: the thread stays paused until the last approval, which carries the ticket (or until a
+    rejection, the review deadline or a revocation closes the request). An edit of such a tool
+    counts as the editor's approval of the edited call: when the edited call needs more, the
+    worker waits for the new request's last approval and then resumes with the edit (its
+    ``ticket_id`` and ``expires_at`` are that approval's); the new request's timeout or
+    revocation resumes with ``timed_out`` or ``revoked``. The saved position does not pass
+    such an edit until it is closed. Records of other kinds (``policy``, ``review``,
+    ``refusal``, …) are read and passed over.
+
     The guarantee — each decision resumes its thread at most once, and exactly once unless the
     worker crashes in the middle of that resume:
 
@@ -933,6 +1014,8 @@ class ResumeWorker:
         self._safe_seq = self._saved_seq  # everything up to it is handled
         self._position: int | None = None  # the last event processed by this worker object
         self._edits: dict[str, _PendingEdit] = {}  # by the edit's new request id
+        # Edits whose new request waits for more approvals (spec section 7.5), by its id.
+        self._edit_waits: dict[str, _PendingEdit] = {}
         self._parked: dict[str, _Parked] = {}  # by the request the thread paused on
         self._last_recheck = 0.0
         self._collect: list[ResumeOutcome] | None = None  # poll_once's answer, while it runs
@@ -1077,6 +1160,7 @@ class ResumeWorker:
                         # from the saved-safe position, which re-reads it all.
                         worker._position = None
                         worker._edits.clear()
+                        worker._edit_waits.clear()
                         worker._parked.clear()
                 finally:
                     worker._busy.release()
@@ -1124,6 +1208,7 @@ class ResumeWorker:
         if self._position is None:
             return
         held = [p.seq for p in self._edits.values()]
+        held += [p.seq for p in self._edit_waits.values()]
         held += [p.closing.seq for p in self._parked.values()]
         safe = min(held) - 1 if held else self._position
         if safe >= 0 and (self._safe_seq is None or safe > self._safe_seq):
@@ -1195,6 +1280,9 @@ class ResumeWorker:
         """The closing of a request that ``event`` completes, if any."""
         kind, body, rid, thread = event.kind, event.body, event.request_id, event.thread_id
         decision = body.get("decision") if kind == "decision" else None
+        # A partial approval (spec section 7.5: ticket_id null) counts and issues nothing: the
+        # request stays open, and only its last approval, which carries the ticket, closes it.
+        partial = event.partial
         for new_rid, pending in list(self._edits.items()):
             # The ledger writes an edit as three consecutive records (the edit decision, the new
             # request's interrupt, its approval) in one atomic write, all of them visible to
@@ -1207,6 +1295,11 @@ class ResumeWorker:
             if step == 2 and pending.interrupt is not None and decision == "approve" \
                     and rid == new_rid:
                 del self._edits[new_rid]
+                if partial:
+                    # The edited tool needs more approvals: the edit waits for the new
+                    # request's last approval (or its rejection, timeout or revocation).
+                    self._edit_waits[new_rid] = pending
+                    return None
                 return self._edit_closing(pending, new_rid, event)
             raise EventStreamError(
                 f"the edit of {pending.original} (seq {pending.seq}) is not followed by the "
@@ -1216,6 +1309,9 @@ class ResumeWorker:
             )
         if rid is None or thread is None:
             return None
+        waiting = self._edit_waits.get(rid)
+        if waiting is not None:
+            return self._edit_wait_closing(waiting, rid, event)
         if decision == "edit":
             new = body.get("superseded_by")
             if not isinstance(new, str) or not new:
@@ -1229,6 +1325,8 @@ class ResumeWorker:
         if kind == "interrupt":
             return None
         if decision == "approve":
+            if partial:
+                return None
             return _Closing(
                 request_id=rid, thread_id=thread, kind="approved", seq=event.seq,
                 resume={"outcome": "approved", "ticket_id": body.get("ticket_id"),
@@ -1281,6 +1379,38 @@ class ResumeWorker:
             seq=pending.seq, resume=resume, ticket_id=ticket, new_request_id=new_rid,
             expires_at=approval.body.get("expires_at"), reason=None,
         )
+
+    def _edit_wait_closing(self, pending: _PendingEdit, new_rid: str,
+                           event: Event) -> _Closing | None:
+        """What a record of an edit's new request that waits for more approvals does: its last
+        approval (or a break-glass approval) closes the edit (the graph resumes with the edited
+        call and that ticket); its timeout or revocation closes the original's pause with that
+        outcome; a partial approval and any other record change nothing. (The new request
+        allows only ``approve``, spec section 7.3; a rejection of it, were one recorded, closes
+        the pause as rejected, and the gate denies its ticket on the original.)"""
+        kind, body = event.kind, event.body
+        if kind == "decision" and body.get("decision") == "approve":
+            if event.partial:
+                return None
+            del self._edit_waits[new_rid]
+            return self._edit_closing(pending, new_rid, event)
+        if kind not in ("rejection", "timeout", "revocation"):
+            return None
+        del self._edit_waits[new_rid]
+        common = dict(request_id=pending.original, thread_id=pending.thread_id,
+                      seq=pending.seq, new_request_id=new_rid)
+        if kind == "rejection":
+            return _Closing(kind="rejected",
+                            resume={"outcome": "rejected", "ticket_id": body.get("ticket_id"),
+                                    "rationale": body.get("rationale")},
+                            ticket_id=body.get("ticket_id"), reason=body.get("rationale"),
+                            **common)
+        if kind == "timeout":
+            return _Closing(kind="timed_out",
+                            resume={"outcome": "timed_out", "expires_at": body.get("expires_at")},
+                            expires_at=body.get("expires_at"), **common)
+        return _Closing(kind="revoked", resume={"outcome": "revoked", "reason": body.get("reason")},
+                        reason=body.get("reason"), **common)
 
     def _paused_at(self, config: dict[str, Any], request_id: str) -> Any:
         """LangGraph's pending interrupt of ``request_id`` in the thread, ``_FAILED`` when its
