@@ -78,7 +78,8 @@ impl Route {
                 &[Role::Reviewer, Role::Auditor]
             }
             Route::BreakGlass(_) => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
-            Route::Policy => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
+            // One document names every tenant's tools and approvers: not an agent's to read.
+            Route::Policy => &[Role::Reviewer, Role::Auditor],
             Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
             Route::Checkpoint => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
             Route::Inclusion | Route::Consistency | Route::Events => {

@@ -856,7 +856,9 @@ fn size_of(s: &Served) -> u64 {
 #[test]
 fn put_policy_is_an_admins_and_every_other_attempt_is_recorded() {
     let s = served(TWO_PERSON, &[]);
-    let g = get(s.addr, "/v1/policy", &s.tokens["agent"]);
+    let denied = get(s.addr, "/v1/policy", &s.tokens["agent"]);
+    assert_eq!(denied.status, 403, "{}", denied.text());
+    let g = get(s.addr, "/v1/policy", &s.tokens["reviewer"]);
     assert_eq!(g.status, 200, "{}", g.text());
     assert_eq!(g.json()["policy"]["tools"]["wire"]["approvals_required"], 2);
     let in_force = g.json()["seq"].as_u64().unwrap();
@@ -882,7 +884,7 @@ fn put_policy_is_an_admins_and_every_other_attempt_is_recorded() {
         assert_eq!(last["body"]["method"], "PUT");
         assert_eq!(last["actor"]["role"], role);
         assert_eq!(
-            get(s.addr, "/v1/policy", &s.tokens["agent"]).json()["seq"],
+            get(s.addr, "/v1/policy", &s.tokens["auditor"]).json()["seq"],
             in_force,
             "the policy did not change"
         );

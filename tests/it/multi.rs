@@ -593,7 +593,7 @@ fn a_policy_change_through_one_server_is_in_force_on_the_other_for_its_next_batc
     assert_eq!(p.status, 201, "{}", p.text());
     let seq = p.json()["seq"].clone();
     // Server B runs the policy A recorded, from its next batch on.
-    assert_eq!(get(sb, "/v1/policy", &tokens["agent"]).json()["seq"], seq);
+    assert_eq!(get(sb, "/v1/policy", &tokens["auditor"]).json()["seq"], seq);
     let auth = json!({"ticket_id": ticket, "action": body["action"], "attempt_id": "a-1"});
     let paused = post(sb, "/v1/requests/r/authorize", agent, &auth);
     assert_eq!(paused.json()["code"], "tool_paused", "{}", paused.text());

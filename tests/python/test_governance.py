@@ -175,8 +175,13 @@ def test_the_policy_in_force_is_a_record_and_its_history_says_who(ledger):
         assert h.record["thread_id"] == "hitl-ledger/policy"
         assert h.policy_digest == "sha256:" + digest.sha256_hex(digest.canonicalize(h.policy))
         assert digest.leaf_hash(digest.record_leaf(h.record)) == h.leaf_hash
-    # Every role reads the policy in force: the last policy record.
-    for role in ("agent", "reviewer", "auditor", "admin", "break_glass"):
+    # Reviewers, auditors and admins read the policy in force (the last policy record); an
+    # agent or break-glass token does not: the one document names every tenant's tools and
+    # approvers.
+    for role in ("agent", "break_glass"):
+        with pytest.raises(errors.Forbidden):
+            ledger.clients[role].policy()
+    for role in ("reviewer", "auditor", "admin"):
         now = ledger.clients[role].policy()
         assert now.seq == history[-1].seq and now.leaf_hash == history[-1].leaf_hash
         assert now.policy == history[-1].policy
