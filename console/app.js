@@ -1,7 +1,12 @@
-// The reviewer's console (docs/console.md). Three places that never mix:
+// The reviewer's console (docs/console.md). Places that never mix:
 //   - "Needs an answer now": the ledger's pending queue (GET /v1/pending), kept live from the
-//     decision stream (GET /v1/events), with approve / reject / edit;
+//     decision stream (GET /v1/events), with approve / reject / edit; a tool needing several
+//     approvals shows "n of N approvals" and by whom (GET /v1/requests/{id});
 //   - "Recorded": histories of requests and threads, read-only, no action controls;
+//   - "Policy in force": the policy record in force and every earlier one (GET /v1/policy,
+//     GET /v1/policy/history), read-only;
+//   - "Break-glass reviews": the emergency grants awaiting their post-event review
+//     (GET /v1/reviews/break-glass), each with a form to record one (POST .../review);
 //   - "Verify": an export bundle checked in the browser (verify.js), trusting only the key the
 //     auditor pastes or pins.
 // The token lives in sessionStorage and travels only in the Authorization header. The DOM is
@@ -274,6 +279,93 @@ async function api(method, path, body = undefined, { raw = false } = {}) {
 
 const seg = (id) => encodeURIComponent(id);
 
+// ------------------------------------------------------------------------- governance
+
+/**
+ * What the ledger's governed refusals (docs/protocol.md 7.5, 7.6) mean for the person at the
+ * page. Each is also recorded by the ledger as a `refusal` record in the request.
+ */
+const REFUSALS = {
+  approver_is_requester: 'you opened this request yourself, and its tool\'s policy lets only someone else decide it (four eyes)',
+  approver_already_approved: 'your approval of this request is already counted; the next approval must be another reviewer\'s',
+  approver_not_allowed: 'the policy in force names who may decide this tool\'s calls, and you are not among them',
+  reviewer_is_break_glass_user: 'you used break-glass on this request yourself; its post-event review must be recorded by someone else',
+  break_glass_not_allowed: 'the policy in force does not allow break-glass for this tool',
+};
+/** What a recorded `refusal` record's code means, for whoever reads the history. */
+const REFUSAL_RECORDS = {
+  approver_is_requester: 'the reviewer had opened the request, and its tool\'s policy lets only someone else decide it',
+  approver_already_approved: 'the reviewer\'s approval of the request was already counted',
+  approver_not_allowed: 'the reviewer is not among the approvers the policy in force names for the tool',
+  reviewer_is_break_glass_user: 'the reviewer had used break-glass on the request; its review is someone else\'s',
+  break_glass_not_allowed: 'the policy in force does not allow break-glass for the tool',
+  break_glass_action_mismatch: 'the break-glass action was not the request\'s own',
+  forbidden: 'the caller\'s role may not do this',
+  append_only: 'records are never changed or deleted',
+};
+/** Refusals the ledger answers without recording them, with what they mean. */
+const OTHER_ERRORS = {
+  no_break_glass: 'this request was not decided by break-glass: there is nothing to review',
+  idempotency_conflict: 'the ledger already holds another answer to this (another verdict or rationale)',
+  forbidden: 'this token\'s role may not do this',
+};
+
+/**
+ * The page's message for a refused call: what it means, the ledger's own message and code,
+ * and whether the refusal was recorded. A DocumentFragment (the message is the ledger's text,
+ * shown with its hidden characters marked).
+ */
+function refusalText(e, what) {
+  const meaning = REFUSALS[e.code] ?? OTHER_ERRORS[e.code];
+  return frag(
+    `The ledger refused ${what}`,
+    meaning ? `: ${meaning}.` : '.',
+    ' ',
+    vis(`(${e.status} ${e.code}: ${e.message})`),
+    REFUSALS[e.code] ? ' The refusal is recorded in the request\'s history.' : null,
+  );
+}
+
+const hasOwn = (o, k) => isObject(o) && Object.prototype.hasOwnProperty.call(o, k);
+
+/** The defaults of a policy document's fields (docs/protocol.md 12). */
+const POLICY_DEFAULTS = {
+  review_window_seconds: 3600, approval_ttl_seconds: 600, mode: 'enforce', approvers: null,
+  approvals_required: 1, break_glass: false,
+};
+
+/**
+ * A tool's policy resolved as the ledger resolves it: its entry over the default, field by
+ * field, `redact` added to the default's. For display only: the ledger decides.
+ */
+function resolveTool(doc, tool) {
+  const d = hasOwn(doc, 'default') && isObject(doc.default) ? doc.default : {};
+  const t = tool !== null && hasOwn(doc, 'tools') && hasOwn(doc.tools, tool) && isObject(doc.tools[tool]) ? doc.tools[tool] : {};
+  const out = {};
+  for (const [k, v] of Object.entries(POLICY_DEFAULTS)) {
+    out[k] = hasOwn(t, k) ? t[k] : hasOwn(d, k) ? d[k] : v;
+  }
+  const redact = Array.isArray(d.redact) ? [...d.redact] : [];
+  for (const r of Array.isArray(t.redact) ? t.redact : []) if (!redact.includes(r)) redact.push(r);
+  out.redact = redact;
+  return out;
+}
+
+/** The policy in force as last read or streamed: {policy, policy_digest, seq, record, leaf_hash}. */
+let policyNow = null;
+
+async function loadPolicyNow() {
+  const p = await api('GET', '/v1/policy');
+  if (!p || !isObject(p.policy)) throw new ApiError(0, 'protocol', 'the ledger answered the policy without its document');
+  policyNow = p;
+  return p;
+}
+
+/** "seq 0, sha256:…" of a policy in force. */
+function policyRef(p) {
+  return p.seq === null || p.seq === undefined ? 'the ledger\'s file (no policy record yet)' : `policy record seq ${p.seq}`;
+}
+
 // ------------------------------------------------------------------------------- the queue
 
 /** Request id -> {interrupt, card, countdown, state}. */
@@ -294,13 +386,38 @@ function updateCount() {
 /** The first seq recorded after the page started: earlier records are only history. */
 let liveFrom = 0;
 
+/** A partial approval: a `decision` that issued no ticket (the request stays open). */
+const isPartial = (rec) => rec.kind === 'decision' && rec.body.ticket_id === null;
+
+/**
+ * An edit's new request, seen on the stream, until the approval written with it arrives: a
+ * final approval closes it at once (it never waits for an answer); a partial one (its tool
+ * needs more approvals) leaves it open, and it joins the queue.
+ */
+const editedPending = new Map();
+
 async function onRecord(rec, leafHash, seq) {
+  if (rec.kind === 'policy') {
+    onPolicyRecord(rec, leafHash);
+    return;
+  }
   const rid = rec.request_id;
   if (rid === null) return;
   if (rec.kind === 'interrupt') {
-    // Earlier requests come from the pending list; an edit's new request is approved in the
-    // same write, so it never waits for an answer.
-    if (seq >= liveFrom && rec.body.edit_of === null && !closedIds.has(rid) && !queue.has(rid)) addToQueue(rec);
+    // Earlier requests come from the pending list.
+    if (seq < liveFrom || closedIds.has(rid) || queue.has(rid)) return;
+    if (rec.body.edit_of === null) addToQueue(rec);
+    else editedPending.set(rid, rec);
+    return;
+  }
+  if (rec.kind === 'decision' && rec.body.break_glass === true) onBreakGlassUse(rec, leafHash);
+  if (rec.kind === 'review') onReview(rec);
+  const edited = editedPending.get(rid);
+  editedPending.delete(rid);
+  if (isPartial(rec)) {
+    if (edited && !closedIds.has(rid) && !queue.has(rid)) addToQueue(edited, { approvals: [] });
+    const q = queue.get(rid);
+    if (q) countApproval(q, rec.actor.principal, rec.seq, rec.body.approvals_required);
     return;
   }
   if (!CLOSING.has(rec.kind)) return;
@@ -327,7 +444,11 @@ function frag(...parts) {
 function describeClosing(rec) {
   switch (rec.kind) {
     case 'decision':
-      return frag(rec.body.decision === 'edit' ? 'edited by ' : 'approved by ', who(rec.actor));
+      if (rec.body.break_glass === true) {
+        return frag('opened by break-glass by ', who(rec.actor), ', reason: ', vis(rec.body.reason));
+      }
+      return frag(rec.body.decision === 'edit' ? 'edited by ' : 'approved by ', who(rec.actor),
+        typeof rec.body.approvals === 'number' ? ` (approval ${rec.body.approvals} of ${rec.body.approvals_required})` : null);
     case 'rejection':
       return frag('rejected by ', who(rec.actor));
     case 'timeout':
@@ -379,14 +500,95 @@ function markTimedOut(q, expiresAt) {
   updateCount();
 }
 
-/** Adds the request an interrupt opened, reading its current state first. */
-async function addToQueue(interrupt) {
+/**
+ * Adds the request an interrupt opened. `counted` is what a read of the request said of its
+ * approvals ({approvals, approvals_required}); without `approvals_required` the request is read
+ * for them.
+ */
+async function addToQueue(interrupt, counted = null) {
   const rid = interrupt.request_id;
   const q = buildCard(interrupt);
   queue.set(rid, q);
   $('queue').append(q.card);
   updateCount();
   tick();
+  if (counted) setApprovals(q, counted);
+  if (counted && counted.approvals_required !== undefined) return;
+  try {
+    const r = await readRequest(rid, { firstPage: true });
+    if (queue.get(rid) === q) setApprovals(q, r);
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    // the card stands without its counts; a decision still shows the ledger's answer
+  }
+}
+
+/**
+ * Merges what the ledger says of a request's approvals into its card: `approvals` a list of
+ * {principal, seq} (counted approvals), `approvals_required` (null when unknown).
+ */
+function setApprovals(q, { approvals, approvals_required: required }) {
+  for (const a of Array.isArray(approvals) ? approvals : []) {
+    if (isObject(a) && typeof a.principal === 'string' && Number.isSafeInteger(a.seq)) q.approvals.set(a.seq, a.principal);
+  }
+  if (Number.isSafeInteger(required) && required > 0) q.required = required;
+  showApprovals(q);
+}
+
+/** One more approval counted on a card (a partial approval seen on the stream or answered). */
+function countApproval(q, principal, seq, required) {
+  setApprovals(q, { approvals: [{ principal, seq }], approvals_required: required });
+}
+
+/** "1 of 2 approvals: by …" for a request, as nodes. */
+function approvalsLine(approvals, required, open = true) {
+  const n = approvals.length;
+  const f = frag(el('strong', { class: 'approvals-count' }, `${n} of ${required} approval${required === 1 ? '' : 's'}`));
+  if (n > 0) {
+    f.append(': by ');
+    approvals.forEach(([seq, principal], i) => f.append(i ? ', ' : '', el('code', {}, vis(principal)), ` (seq ${seq})`));
+  }
+  if (open && n < required) {
+    const more = required - n;
+    f.append(`. ${more} more approval${more === 1 ? '' : 's'} by ${n ? 'other reviewers' : 'distinct reviewers'} needed before the ledger issues a ticket; until then nothing is resumed.`);
+  }
+  return f;
+}
+
+function showApprovals(q) {
+  const required = q.required ?? 1;
+  const shown = required > 1 || q.approvals.size > 0;
+  q.approvalsRow.forEach((e) => { e.hidden = !shown; });
+  clear(q.approvalsDd);
+  if (shown) q.approvalsDd.append(approvalsLine([...q.approvals.entries()].sort((a, b) => a[0] - b[0]), required));
+}
+
+/** What the policy in force says of the card's tool: paused, who may decide, break-glass. */
+function showGovernance(q) {
+  const box = q.governance;
+  clear(box);
+  if (!policyNow) return;
+  const t = resolveTool(policyNow.policy, q.rec.body.tool);
+  const rows = [];
+  if (t.mode === 'paused') {
+    rows.push(['Gate', el('strong', { class: 'paused' }, 'this tool is paused by the policy in force: the ledger still records '
+      + 'your decision, but every authorize of it is denied tool_paused and the host hands the action to a manual operator, '
+      + 'until a later policy unpauses it.')]);
+  } else if (t.mode === 'observe') {
+    rows.push(['Gate', 'observe mode: a denial is recorded as would_deny and the action runs']);
+  }
+  if (Array.isArray(t.approvers)) {
+    const f = frag();
+    t.approvers.forEach((a, i) => f.append(i ? ', ' : '', el('code', {}, vis(a))));
+    rows.push(['Who may decide', f]);
+  }
+  if (t.approvals_required > 1 || Array.isArray(t.approvers)) {
+    rows.push(['Four eyes', 'the principal that opened the request may not decide it; each approval must be a different reviewer\'s']);
+  }
+  if (t.break_glass === true) rows.push(['Break-glass', 'allowed: a break_glass operator may open an emergency grant, reviewed afterwards']);
+  if (rows.length === 0) return;
+  rows.unshift(['Policy in force', frag(el('a', { href: '#policy' }, policyRef(policyNow)), ', for this tool:')]);
+  for (const [dt, dd] of rows) box.append(el('dt', {}, dt), el('dd', {}, dd));
 }
 
 /**
@@ -417,13 +619,16 @@ async function readRequest(rid, { firstPage = false } = {}) {
     }
     after = next;
   }
-  return { state: page.state, records };
+  // The counted approvals and how many the tool needs (absent from a ledger before them).
+  const approvals = Array.isArray(page.approvals) ? page.approvals : [];
+  const required = Number.isSafeInteger(page.approvals_required) ? page.approvals_required : null;
+  return { state: page.state, records, approvals, approvals_required: required };
 }
 
 async function loadRequest(rid, { firstPage = false } = {}) {
   const r = await readRequest(rid, { firstPage });
   const interrupt = r.records.find((x) => x.kind === 'interrupt' && x.request_id === rid);
-  return { state: r.state, interrupt, records: r.records };
+  return { ...r, interrupt };
 }
 
 function buildCard(rec) {
@@ -433,7 +638,15 @@ function buildCard(rec) {
   const card = el('li', { class: 'card', 'aria-labelledby': `${id}-title`, 'data-request-id': rid });
   const deadline = el('p', { class: 'deadline', id: `${id}-deadline` });
   const countdown = el('span', { class: 'countdown', role: 'timer', 'aria-live': 'off' });
-  const q = { rid, rec, card, deadline, countdown, state: 'open', expires: Date.parse(b.expires_at) };
+  const approvalsDt = el('dt', { hidden: true }, 'Approvals');
+  const approvalsDd = el('dd', { class: 'approvals', hidden: true });
+  // (rows of the facts list, redrawn when the policy changes)
+  const governance = el('div', { class: 'governance' });
+  const q = {
+    rid, rec, card, deadline, countdown, state: 'open', expires: Date.parse(b.expires_at),
+    approvals: new Map(), required: null, approvalsDd, approvalsRow: [approvalsDt, approvalsDd], governance,
+    ruledOut: new Set(), note: el('p', { class: 'note own-approval' }),
+  };
 
   card.append(
     el('h3', { id: `${id}-title` }, 'Call ', toolName(b.tool, { warn: false }), ' — request ', vis(rid)),
@@ -450,8 +663,11 @@ function buildCard(rec) {
       el('dt', {}, 'Asked by'), el('dd', {}, who(rec.actor)),
       el('dt', {}, 'Asked at'), el('dd', {}, fmtTs(rec.ts)),
       el('dt', {}, 'You may'), el('dd', {}, b.allowed_decisions.join(', ')),
+      approvalsDt, approvalsDd,
+      governance,
     ),
   );
+  showGovernance(q);
   deadline.textContent = `Times out at ${fmtTs(b.expires_at)}; if nobody answers by then the agent is told timeout.`;
 
   const actions = el('div', { class: 'actions' });
@@ -466,6 +682,7 @@ function buildCard(rec) {
       btn.setAttribute('aria-expanded', String(!form.hidden));
       if (!form.hidden) form.querySelector('textarea, input')?.focus();
     });
+    form.setAttribute('data-kind', kind);
     actions.append(btn);
     forms.append(form);
   };
@@ -474,7 +691,7 @@ function buildCard(rec) {
   if (allowed.has('edit')) addAction('edit', 'Edit…', editForm(q, id));
   const error = el('p', { class: 'error', role: 'alert' });
   q.error = error;
-  card.append(actions, forms, error);
+  card.append(q.note, actions, forms, error);
   return q;
 }
 
@@ -650,22 +867,70 @@ function editForm(q, id) {
   return form;
 }
 
+/** The decisions a governed refusal rules out for this reviewer on this request. */
+const RULES_OUT = {
+  approver_is_requester: ['approve', 'edit', 'reject'],
+  approver_not_allowed: ['approve', 'edit', 'reject'],
+  approver_already_approved: ['approve', 'edit'],
+};
+
+/** Enables the card's buttons but the decisions ruled out for this reviewer. */
+function enableButtons(q) {
+  for (const btn of q.card.querySelectorAll('button')) {
+    const kind = btn.getAttribute('data-decide');
+    btn.disabled = kind !== null && (q.state !== 'open' || q.ruledOut.has(kind));
+  }
+  for (const f of q.card.querySelectorAll('.decide-form')) {
+    if (q.ruledOut.has(f.getAttribute('data-kind'))) f.hidden = true;
+  }
+}
+
+function ruleOut(q, kinds) {
+  for (const k of kinds) q.ruledOut.add(k);
+  for (const btn of q.card.querySelectorAll('[data-decide]')) {
+    if (q.ruledOut.has(btn.getAttribute('data-decide'))) btn.setAttribute('aria-expanded', 'false');
+  }
+}
+
 async function decide(q, body) {
-  q.error.textContent = '';
+  clear(q.error);
   for (const btn of q.card.querySelectorAll('button')) btn.disabled = true;
   const before = q.state;
   if (q.state === 'open') q.state = 'deciding';
   try {
     const a = await api('POST', `/v1/requests/${seg(q.rid)}/decision`, body);
+    const counts = Number.isSafeInteger(a.approvals) && Number.isSafeInteger(a.approvals_required)
+      ? ` (approval ${a.approvals} of ${a.approvals_required})` : '';
+    if (body.decision === 'approve' && a.ticket_id === null) {
+      // A partial approval: counted, no ticket; the request stays open for other reviewers.
+      if (q.state === 'deciding') q.state = before;
+      const seq = Number.isSafeInteger(a.seq) ? a.seq : null;
+      if (seq !== null && isObject(a.record) && isObject(a.record.actor)) {
+        countApproval(q, a.record.actor.principal, seq, a.approvals_required);
+      }
+      ruleOut(q, RULES_OUT.approver_already_approved);
+      enableButtons(q);
+      for (const f of q.card.querySelectorAll('.decide-form')) f.hidden = true;
+      const text = frag('Your approval of request ', vis(q.rid), ` is recorded: ${a.approvals} of ${a.approvals_required} approvals. `
+        + 'No ticket yet: the ledger issues it with the last approval needed, by other reviewers; the agent is not resumed until then. '
+        + 'The request stays in the queue.');
+      if (a.duplicate) text.append(' (It was already recorded: this is the recorded answer.)');
+      q.note.textContent = `You approved this request${seq === null ? '' : ` (seq ${seq})`}: it now needs other reviewers' approvals.`;
+      announce(text, 'partial');
+      return;
+    }
     closedIds.add(q.rid);
     let text;
     if (body.decision === 'approve') {
-      text = frag('Approved request ', vis(q.rid), `. The ledger issued ticket ${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`);
+      text = frag('Approved request ', vis(q.rid), `${counts}. The ledger issued ticket ${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`);
     } else if (body.decision === 'reject') {
       text = frag('Rejected request ', vis(q.rid), `. Ticket ${a.ticket_id}; the agent is told the rationale.`);
+    } else if (a.ticket_id === null) {
+      text = frag('Edited request ', vis(q.rid), `: the edited call is request ${a.new_request_id}, with your approval counted`
+        + `${counts}. No ticket yet: its tool needs other reviewers' approvals, and it waits for them in the queue.`);
     } else {
       text = frag('Edited request ', vis(q.rid), `: the edited call is request ${a.new_request_id}, approved with ticket `
-        + `${a.ticket_id}, valid until ${fmtTs(a.expires_at)}.`);
+        + `${a.ticket_id}, valid until ${fmtTs(a.expires_at)}${counts}.`);
     }
     if (a.duplicate) text.append(' (It was already recorded: this is the recorded answer.)');
     removeFromQueue(q.rid, null);
@@ -674,10 +939,9 @@ async function decide(q, body) {
     if (!(e instanceof ApiError)) throw e;
     if (q.state === 'deciding') q.state = before;
     clear(q.error);
-    q.error.append(vis(`The ledger refused: ${e.message} (${e.status} ${e.code}).`));
-    for (const btn of q.card.querySelectorAll('button')) {
-      btn.disabled = q.state !== 'open' && btn.hasAttribute('data-decide');
-    }
+    q.error.append(refusalText(e, `your ${body.decision === 'approve' ? 'approval' : body.decision === 'reject' ? 'rejection' : 'edit'}`));
+    if (RULES_OUT[e.code]) ruleOut(q, RULES_OUT[e.code]);
+    enableButtons(q);
     if (e.status === 409) {
       // Closed meanwhile (a timeout, another reviewer): show what the ledger recorded.
       try {
@@ -728,13 +992,21 @@ async function startQueue() {
   const after = Number.isSafeInteger(size) && size - 1 - STREAM_BACKLOG >= 0 ? size - 1 - STREAM_BACKLOG : null;
   stream = new DecisionStream({ after, token, onRecord, onStatus: setStreamStatus });
   const pending = await api('GET', '/v1/pending');
+  // The policy in force, for what the cards say of their tools (a reader that may not read
+  // it sees the cards without).
+  try {
+    await loadPolicyNow();
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+  }
   stream.start();
+  loadBreakGlass();
   for (const p of pending.pending) {
     if (closedIds.has(p.request_id) || queue.has(p.request_id)) continue;
     try {
       const r = await loadRequest(p.request_id, { firstPage: true });
       if (r.state === 'open' && r.interrupt && !closedIds.has(p.request_id) && !queue.has(p.request_id)) {
-        addToQueue(r.interrupt);
+        addToQueue(r.interrupt, r);
       }
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
@@ -752,6 +1024,30 @@ function setStreamStatus(state, text) {
 
 // ---------------------------------------------------------------------------- history
 
+/** Denial codes of an authorization that deserve more than their code. */
+const DENIALS = {
+  tool_paused: 'the tool is paused by the policy in force; the host was told to route the action to a manual operator',
+  approval_pending: 'the request was still waiting for its decision (or for more approvals)',
+};
+
+/** What a decision record says: approval (partial or final, with its counts), break-glass, edit. */
+function decisionSummary(b) {
+  const v = (x) => vis(x);
+  const counts = typeof b.approvals === 'number' ? `approval ${b.approvals} of ${b.approvals_required}` : null;
+  const as = typeof b.approved_as === 'string' ? frag('; admitted as ', el('code', {}, v(b.approved_as))) : null;
+  const why = typeof b.rationale === 'string' && b.rationale !== '' ? frag('; rationale: ', v(b.rationale)) : null;
+  if (b.decision === 'edit') return frag('edited: superseded by request ', v(b.superseded_by), as, why);
+  if (b.break_glass === true) {
+    return frag(el('strong', { class: 'break-glass' }, 'break-glass'), ` emergency approval, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}; reason: `,
+      v(b.reason));
+  }
+  if (b.ticket_id === null) {
+    return frag(el('strong', { class: 'partial' }, `partial approval (${counts ?? 'counted'})`),
+      ': no ticket issued, the request stays open for other reviewers', as, why);
+  }
+  return frag(`approved${counts ? ` (${counts})` : ''}, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}`, as, why);
+}
+
 /** What a record says, in words; every string from the record with its hidden characters marked. */
 function recordSummary(r) {
   const b = r.body;
@@ -761,15 +1057,13 @@ function recordSummary(r) {
       return frag('asked to run ', toolName(b.tool), b.edit_of ? frag(' (an edit of request ', v(b.edit_of), ')') : null,
         `; deadline ${fmtTs(b.expires_at)}`);
     case 'decision':
-      return b.decision === 'edit'
-        ? frag('edited: superseded by request ', v(b.superseded_by))
-        : frag(`approved, ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)}`, b.rationale ? frag('; rationale: ', v(b.rationale)) : null);
+      return decisionSummary(b);
     case 'rejection':
       return frag('rejected: ', v(b.rationale));
     case 'authorization':
-      return b.granted
-        ? frag('authorization granted', b.would_deny ? ` (observe mode; would deny: ${b.would_deny})` : null)
-        : frag(`authorization denied: ${b.code}`);
+      if (b.granted) return frag('authorization granted', b.would_deny ? frag(' (observe mode; would deny: ', v(b.would_deny), ')') : null);
+      return frag(el('strong', { class: b.code === 'tool_paused' ? 'denied paused' : 'denied' }, 'authorization denied: ', v(b.code)),
+        DENIALS[b.code] ? ` — ${DENIALS[b.code]}` : null);
     case 'follow_up':
       return frag('follow-up: ', v(b.outcome), b.operation_id ? frag(' (operation ', v(b.operation_id), ')') : null,
         typeof b.detail === 'string' ? frag('; detail: ', v(b.detail)) : null);
@@ -778,9 +1072,15 @@ function recordSummary(r) {
     case 'revocation':
       return frag('revoked: ', v(b.reason));
     case 'refusal':
-      return frag(`refused ${b.method} `, v(b.path), `: ${b.error}`);
+      return frag('refused ', v(b.method), ' ', v(b.path), ': ', el('code', {}, v(b.error)),
+        REFUSAL_RECORDS[b.error] ? ` — ${REFUSAL_RECORDS[b.error]}` : null);
+    case 'policy':
+      return frag('policy recorded, in force from this record on: ', el('code', { class: 'digest' }, v(b.policy_digest)));
+    case 'review':
+      return frag('post-event review of the break-glass use (record ', el('code', { class: 'digest' }, v(b.reviews)), '): ',
+        el('strong', { class: `verdict-${b.verdict === 'disputed' ? 'disputed' : 'acknowledged'}` }, v(b.verdict)), '; rationale: ', v(b.rationale));
     default:
-      return frag(r.kind);
+      return frag(v(r.kind));
   }
 }
 
@@ -795,13 +1095,28 @@ function historyTable(records, caption, withRequest) {
     if (r.kind === 'follow_up' && isObject(r.body.detail)) {
       what.append(el('div', { class: 'args detail' }, renderArgs(r.body.detail, [])));
     }
-    tbody.append(el('tr', { 'data-seq': String(r.seq) },
-      el('td', {}, String(r.thread_seq)), el('td', {}, String(r.seq)), el('td', {}, fmtTs(r.ts)), el('td', {}, r.kind),
+    if (r.kind === 'policy' && isObject(r.body.policy)) {
+      what.append(el('div', { class: 'args policy-doc' }, renderArgs(r.body.policy, [])));
+    }
+    tbody.append(el('tr', { 'data-seq': String(r.seq), 'data-kind': r.kind },
+      el('td', {}, String(r.thread_seq)), el('td', {}, String(r.seq)), el('td', {}, fmtTs(r.ts)), el('td', {}, vis(r.kind)),
       ...(withRequest ? [el('td', {}, r.request_id === null ? '—' : idCode(r.request_id))] : []),
       el('td', {}, who(r.actor)), what));
   }
   table.append(tbody);
   return table;
+}
+
+/** What a request's records say of its break-glass use and review, for its history. */
+function breakGlassNote(records) {
+  const use = records.find((x) => x.kind === 'decision' && x.body.break_glass === true);
+  if (!use) return null;
+  const review = records.find((x) => x.kind === 'review');
+  return el('p', { class: 'break-glass-state' },
+    el('strong', {}, 'Break-glass: '), 'decided in an emergency by ', who(use.actor), ` (seq ${use.seq}); `,
+    review
+      ? frag('post-event review recorded by ', who(review.actor), ` (seq ${review.seq}): `, vis(review.body.verdict), '.')
+      : frag('its post-event review is still awaited (see ', el('a', { href: '#break-glass' }, 'Break-glass reviews'), ').'));
 }
 
 async function showRequestHistory(rid) {
@@ -815,6 +1130,11 @@ async function showRequestHistory(rid) {
       el('h3', {}, 'History of request ', vis(rid)),
       el('p', { class: 'state' }, 'State recorded by the ledger: ', el('strong', { text: r.state.replace('_', ' ') }),
         r.state === 'open' ? ' — still open: decide it under "Needs an answer now", not here.' : ' — answered; nothing to decide.'),
+      r.approvals_required !== null && r.approvals_required > 1
+        ? el('p', { class: 'approvals' }, 'Approvals counted: ', approvalsLine(
+          r.approvals.filter((a) => isObject(a)).map((a) => [a.seq, a.principal]), r.approvals_required, r.state === 'open'))
+        : null,
+      breakGlassNote(r.records),
       historyTable(r.records, frag('Records of request ', vis(rid), ', in log order (history, read-only)'), false),
     );
   } catch (e) {
@@ -853,6 +1173,278 @@ async function showThreadHistory(tid) {
       : `${e.message} (${e.code}).`;
     out.append(el('p', { class: 'error', role: 'alert' }, 'Could not read thread ', vis(tid), `: ${why}`));
   }
+}
+
+// ------------------------------------------------------------------------------ policy
+
+const MODE_WORDS = {
+  enforce: 'enforce',
+  observe: 'observe: a denial is recorded as would_deny, the action runs',
+  paused: 'PAUSED: every authorize denied (tool_paused), the action routed to a manual operator',
+};
+
+/** A value of a policy document as text (strings and numbers as the document holds them). */
+const policyValue = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
+
+/** The policy's decisions, tool by tool: each named tool resolved over the default, then the default. */
+function policyToolsTable(doc) {
+  const names = hasOwn(doc, 'tools') && isObject(doc.tools) ? Object.keys(doc.tools) : [];
+  const table = el('table', { class: 'records policy-tools' },
+    el('caption', {}, 'What it decides, tool by tool (a tool\'s entry over the default, field by field)'));
+  const head = ['Tool', 'Mode', 'Who may decide', 'Approvals needed', 'Break-glass', 'Review window', 'Approval lifetime', 'Redacted'];
+  table.append(el('thead', {}, el('tr', {}, ...head.map((h) => el('th', { scope: 'col' }, h)))));
+  const tbody = el('tbody');
+  const row = (label, tool, t) => {
+    const mode = MODE_WORDS[t.mode] ?? policyValue(t.mode);
+    const approvers = Array.isArray(t.approvers) ? frag() : frag('every reviewer');
+    if (Array.isArray(t.approvers)) t.approvers.forEach((a, i) => approvers.append(i ? ', ' : '', el('code', {}, vis(policyValue(a)))));
+    tbody.append(el('tr', { 'data-tool': tool ?? '', class: t.mode === 'paused' ? 'row-paused' : null },
+      el('th', { scope: 'row' }, label),
+      el('td', {}, t.mode === 'paused' ? el('strong', { class: 'paused' }, mode) : mode),
+      el('td', {}, approvers),
+      el('td', {}, vis(policyValue(t.approvals_required))),
+      el('td', {}, t.break_glass === true ? 'allowed' : 'no'),
+      el('td', {}, vis(`${policyValue(t.review_window_seconds)} s`)),
+      el('td', {}, vis(`${policyValue(t.approval_ttl_seconds)} s`)),
+      el('td', {}, t.redact.length ? vis(t.redact.map(policyValue).join(', ')) : '—')));
+  };
+  for (const name of names) row(toolName(name), name, resolveTool(doc, name));
+  row('every other tool (the default)', null, resolveTool(doc, null));
+  table.append(tbody);
+  return table;
+}
+
+/** The changes from one policy document to the next, as a table (or a sentence when none). */
+function policyChanges(before, after) {
+  if (before === null) return el('p', { class: 'note' }, 'The first policy of this ledger.');
+  const changes = diff(before, after);
+  if (changes.length === 0) return el('p', { class: 'note' }, 'No change to the document.');
+  const table = el('table', { class: 'diff' },
+    el('caption', {}, 'Changes against the version before'),
+    el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Field'), el('th', { scope: 'col' }, 'Change'),
+      el('th', { scope: 'col' }, 'Before'), el('th', { scope: 'col' }, 'After'))));
+  const tbody = el('tbody');
+  const none = new Set();
+  for (const [p, kind, o, n] of changes) {
+    tbody.append(el('tr', { class: `diff-${kind}` }, el('td', {}, el('code', {}, vis(p))), el('td', {}, kind),
+      el('td', {}, el('code', {}, vis(maskedJson(o, p, none)))), el('td', {}, el('code', {}, vis(maskedJson(n, p, none))))));
+  }
+  table.append(tbody);
+  return table;
+}
+
+/** The document of a policy record, folded. */
+function policyDocument(doc, summary) {
+  return el('details', { class: 'policy-doc' }, el('summary', {}, summary), el('div', { class: 'args' }, renderArgs(doc, [])));
+}
+
+let policyShown = 0;
+
+async function showPolicy() {
+  const cur = $('policy-current');
+  const hist = $('policy-history');
+  const turn = ++policyShown;
+  clear(cur);
+  clear(hist);
+  cur.append(el('p', {}, 'Reading the policy in force…'));
+  let p;
+  let h;
+  try {
+    [p, h] = await Promise.all([loadPolicyNow(), api('GET', '/v1/policy/history')]);
+    if (!h || !Array.isArray(h.policies)) throw new ApiError(0, 'protocol', 'the ledger answered the policy history without its list');
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    if (turn !== policyShown) return;
+    clear(cur);
+    const why = e.status === 403 ? 'this token\'s role may not read the policy history: sign in with a reviewer or auditor token.'
+      : frag(vis(`${e.message} (${e.code}).`));
+    cur.append(el('p', { class: 'error', role: 'alert' }, 'Could not read the policy: ', why));
+    return;
+  }
+  if (turn !== policyShown) return; // a later call shows a later state
+  clear(cur);
+  const rec = isObject(p.record) ? p.record : null;
+  cur.append(
+    el('h3', {}, 'In force now'),
+    el('dl', { class: 'facts', id: 'policy-facts' },
+      el('dt', {}, 'Record'), el('dd', {}, rec ? `seq ${p.seq}, in thread ` : 'none yet: the ledger\'s file is in force until its first write records it',
+        rec ? idCode(rec.thread_id) : null),
+      el('dt', {}, 'Recorded at'), el('dd', {}, rec ? fmtTs(rec.ts) : '—'),
+      el('dt', {}, 'Set by'), el('dd', { class: 'set-by' }, rec ? who(rec.actor) : '—'),
+      el('dt', {}, 'Digest'), el('dd', {}, el('code', { class: 'digest' }, vis(p.policy_digest))),
+      el('dt', {}, 'Record id'), el('dd', {}, p.leaf_hash ? el('code', { class: 'digest' }, vis(p.leaf_hash)) : '—')),
+    el('div', { class: 'table-wrap' }, policyToolsTable(p.policy)),
+    policyDocument(p.policy, 'The document as recorded'),
+  );
+  const table = el('table', { class: 'records policy-history' },
+    el('caption', {}, `${h.policies.length} version${h.policies.length === 1 ? '' : 's'} of the policy, oldest first (history, read-only)`));
+  const head = ['Log seq', 'Recorded at', 'Set by', 'Digest', 'What changed'];
+  table.append(el('thead', {}, el('tr', {}, ...head.map((x) => el('th', { scope: 'col' }, x)))));
+  const tbody = el('tbody');
+  let before = null;
+  for (const entry of h.policies) {
+    const doc = isObject(entry.record) && isObject(entry.record.body) ? entry.record.body.policy : null;
+    const inForce = entry.seq === p.seq;
+    tbody.append(el('tr', { 'data-seq': String(entry.seq), class: inForce ? 'in-force' : null },
+      el('td', {}, String(entry.seq), inForce ? frag(' ', el('span', { class: 'badge' }, 'in force')) : null),
+      el('td', {}, fmtTs(entry.ts)),
+      el('td', { class: 'set-by' }, who(entry.actor)),
+      el('td', { class: 'digest-cell' }, el('code', { class: 'digest' }, vis(entry.policy_digest))),
+      el('td', { class: 'changes-cell' }, isObject(doc) ? frag(policyChanges(before, doc), policyDocument(doc, `The document of seq ${entry.seq}`)) : '—')));
+    if (isObject(doc)) before = doc;
+  }
+  table.append(tbody);
+  hist.append(el('div', { class: 'table-wrap' }, table));
+}
+
+/** A policy record on the stream: the policy in force changed. */
+function onPolicyRecord(rec, leafHash) {
+  if (policyNow && Number.isSafeInteger(policyNow.seq) && rec.seq <= policyNow.seq) return;
+  policyNow = { policy: rec.body.policy, policy_digest: rec.body.policy_digest, seq: rec.seq, record: rec, leaf_hash: leafHash };
+  for (const q of queue.values()) showGovernance(q);
+  if (rec.seq >= liveFrom) {
+    announce(frag(`The policy changed (seq ${rec.seq}, by `, who(rec.actor), '): what it says of each tool is under "Policy in force".'), 'warn');
+  }
+  if (!$('place-policy').hidden) showPolicy();
+}
+
+// ---------------------------------------------------------------------- break-glass reviews
+
+/** Request id -> {card}: the break-glass uses awaiting their post-event review. */
+const bgQueue = new Map();
+/** Request ids whose break-glass use the stream saw reviewed (a list read later cannot bring one back). */
+const bgReviewed = new Set();
+let bgLoaded = false;
+let bgSerial = 0;
+
+function updateBgCount() {
+  $('bg-count').textContent = bgQueue.size ? `(${bgQueue.size})` : '';
+  $('bg-empty').hidden = bgQueue.size > 0 || !bgLoaded;
+}
+
+function bgAnnounce(text, cls) {
+  $('bg-answers').prepend(el('p', { class: `answer ${cls}` }, text));
+}
+
+/** Reads the review queue and brings the page's list in line with it (keeping what is typed). */
+async function loadBreakGlass() {
+  const problem = $('bg-problem');
+  try {
+    const a = await api('GET', '/v1/reviews/break-glass');
+    if (!a || !Array.isArray(a.break_glass)) throw new ApiError(0, 'protocol', 'the ledger answered the break-glass queue without its list');
+    clear(problem);
+    const listed = new Set(a.break_glass.map((u) => u.request_id));
+    for (const rid of [...bgQueue.keys()]) if (!listed.has(rid)) removeBg(rid);
+    for (const u of a.break_glass) if (isObject(u) && !bgQueue.has(u.request_id) && !bgReviewed.has(u.request_id)) addBg(u);
+    bgLoaded = true;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    clear(problem);
+    problem.append(e.status === 403
+      ? 'This token\'s role may not read the break-glass review queue (403): it is for reviewers and auditors.'
+      : frag('Could not read the break-glass review queue: ', vis(`${e.message} (${e.code}).`)));
+  }
+  updateBgCount();
+}
+
+function removeBg(rid) {
+  const u = bgQueue.get(rid);
+  if (!u) return;
+  u.card.remove();
+  bgQueue.delete(rid);
+  updateBgCount();
+}
+
+/** A break-glass decision on the stream: a use to review. */
+function onBreakGlassUse(rec, leafHash) {
+  const rid = rec.request_id;
+  if (bgQueue.has(rid) || bgReviewed.has(rid)) return;
+  addBg({ request_id: rid, seq: rec.seq, ts: rec.ts, actor: rec.actor, reason: rec.body.reason, leaf_hash: leafHash, record: rec });
+}
+
+/** A review on the stream: its use leaves the queue. */
+function onReview(rec) {
+  const rid = rec.request_id;
+  bgReviewed.add(rid);
+  if (!bgQueue.has(rid)) return;
+  removeBg(rid);
+  bgAnnounce(frag('The break-glass use on request ', vis(rid), ' was reviewed by ', who(rec.actor), ': ', vis(rec.body.verdict), '.'), 'info');
+}
+
+/** One break-glass use, as {request_id, seq, ts, actor, reason, leaf_hash, record}. */
+function addBg(u) {
+  const rid = u.request_id;
+  const id = `bg-${bgSerial++}`;
+  const b = isObject(u.record) && isObject(u.record.body) ? u.record.body : {};
+  const card = el('li', { class: 'card bg-card', 'data-request-id': rid, 'aria-labelledby': `${id}-title` });
+  const call = el('dd', { class: 'args' }, 'reading the request…');
+  card.append(
+    el('h3', { id: `${id}-title` }, 'Break-glass use on request ', vis(rid)),
+    el('dl', { class: 'facts' },
+      el('dt', {}, 'Used by'), el('dd', { class: 'used-by' }, who(u.actor)),
+      el('dt', {}, 'At'), el('dd', {}, fmtTs(u.ts)),
+      el('dt', {}, 'Reason given'), el('dd', { class: 'reason' }, vis(u.reason)),
+      el('dt', {}, 'Grant'), el('dd', {}, vis(`ticket ${b.ticket_id}, valid until ${fmtTs(b.expires_at)} (single use)`)),
+      el('dt', {}, 'Call'), call,
+      el('dt', {}, 'Decision record'), el('dd', {}, `seq ${u.seq}, id `, el('code', { class: 'digest' }, vis(u.leaf_hash))),
+      el('dt', {}, 'History'), el('dd', {}, el('a', { href: `#recorded/request/${encodeURIComponent(rid)}` }, 'the request\'s records'))),
+  );
+  const ack = el('input', { type: 'radio', name: `${id}-verdict`, id: `${id}-ack`, value: 'acknowledged' });
+  const dis = el('input', { type: 'radio', name: `${id}-verdict`, id: `${id}-dis`, value: 'disputed' });
+  const verdicts = el('fieldset', { class: 'verdicts' }, el('legend', {}, 'Verdict'),
+    el('div', { class: 'choice' }, ack, el('label', { for: ack.id }, 'Acknowledged: the emergency use was justified')),
+    el('div', { class: 'choice' }, dis, el('label', { for: dis.id }, 'Disputed: it was not justified, or needs follow-up')));
+  const r = rationaleField(`${id}-rationale`, true);
+  const submit = el('button', { type: 'submit' }, 'Record the review');
+  const error = el('p', { class: 'error', role: 'alert' });
+  const form = el('form', { class: 'review-form', novalidate: true, 'aria-label': `Review the break-glass use on request ${rid}` },
+    el('h4', {}, 'Post-event review'), verdicts, ...r.nodes, submit, error);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    clear(error);
+    const verdict = ack.checked ? 'acknowledged' : dis.checked ? 'disputed' : null;
+    if (verdict === null) {
+      error.textContent = 'Choose a verdict first: acknowledged or disputed.';
+      ack.focus();
+      return;
+    }
+    if (r.input.value.trim() === '') {
+      error.textContent = 'A review needs a rationale: say why.';
+      r.input.focus();
+      return;
+    }
+    const controls = [...form.querySelectorAll('button, input, textarea')];
+    for (const c of controls) c.disabled = true;
+    try {
+      const a = await api('POST', `/v1/requests/${seg(rid)}/review`, { verdict, rationale: r.input.value });
+      bgReviewed.add(rid);
+      removeBg(rid);
+      const text = frag('Recorded your review of the break-glass use on request ', vis(rid), `: ${verdict} (record seq ${a.seq}).`);
+      if (a.duplicate) text.append(' (It was already recorded: this is the recorded answer.)');
+      bgAnnounce(text, 'done');
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      for (const c of controls) c.disabled = false;
+      clear(error);
+      error.append(err.code === 'forbidden'
+        ? frag('The ledger refused your review: only a reviewer records one, and this token\'s role may not. ', vis(`(${err.status} ${err.code}: ${err.message})`))
+        : refusalText(err, 'your review'));
+      if (err.status === 409) loadBreakGlass(); // reviewed or gone meanwhile: the list says
+    }
+  });
+  card.append(form);
+  bgQueue.set(rid, { card });
+  $('bg-queue').append(card);
+  updateBgCount();
+  readRequest(rid, { firstPage: true }).then((got) => {
+    const i = got.records.find((x) => x.kind === 'interrupt');
+    clear(call);
+    if (i) call.append(toolName(i.body.tool), el('div', {}, renderArgs(i.body.args, i.body.redacted)));
+    else call.append('—');
+  }, (e) => {
+    clear(call);
+    call.append(e instanceof ApiError ? vis(`could not read the request: ${e.message} (${e.code})`) : 'could not read the request');
+  });
 }
 
 // ----------------------------------------------------------------------------- verify
@@ -963,7 +1555,9 @@ function setupVerify() {
 
 // ------------------------------------------------------------------------ places, sign-in
 
-const PLACES = ['queue', 'recorded', 'verify'];
+const PLACES = ['queue', 'recorded', 'policy', 'break-glass', 'verify'];
+/** The places a link names by their name alone. */
+const PLAIN_PLACES = new Set(['queue', 'policy', 'break-glass', 'verify']);
 /** The longest part of a link quoted back in a message. */
 const MAX_QUOTED = 120;
 
@@ -979,7 +1573,7 @@ function parseRoute(hash) {
   if (raw === '') return { place: 'queue', requestId: null, problem: null };
   const [head, ...rest] = raw.split('/');
   const unknown = { place: 'queue', requestId: null, problem: 'This link names no place of the console' };
-  if (head === 'queue' || head === 'verify') return rest.length === 0 ? { place: head, requestId: null, problem: null } : unknown;
+  if (PLAIN_PLACES.has(head)) return rest.length === 0 ? { place: head, requestId: null, problem: null } : unknown;
   if (head !== 'recorded') return unknown;
   if (rest.length === 0 || (rest.length === 1 && rest[0] === '')) return { place: 'recorded', requestId: null, problem: null };
   if (rest[0] !== 'request' || rest.length < 2) {
@@ -1019,6 +1613,13 @@ function route() {
     note.append(`${r.problem}: `, el('code', {}, vis(quoted)), `. Showing "${$(`tab-${r.place}`).firstChild.textContent.trim()}" instead; `
       + 'the queue and the live stream are not affected.');
   }
+  if (r.place === 'policy' && token()) {
+    showPolicy().catch((e) => {
+      clear($('policy-current'));
+      $('policy-current').append(el('p', { class: 'error', role: 'alert' }, `Could not show the policy: ${e.message}`));
+    });
+  }
+  if (r.place === 'break-glass' && token()) loadBreakGlass();
   if (r.requestId !== null) {
     $('request-id').value = r.requestId;
     showRequestHistory(r.requestId).catch((e) => {
@@ -1035,8 +1636,18 @@ function signOut(message) {
   if (ticker) clearInterval(ticker);
   ticker = null;
   for (const rid of [...queue.keys()]) removeFromQueue(rid, null);
+  for (const rid of [...bgQueue.keys()]) removeBg(rid);
   closedIds.clear();
+  editedPending.clear();
+  bgReviewed.clear();
+  bgLoaded = false;
+  policyNow = null;
+  policyShown++;
   clear($('answers'));
+  clear($('bg-answers'));
+  clear($('bg-problem'));
+  clear($('policy-current'));
+  clear($('policy-history'));
   clear($('history'));
   clear($('closed'));
   clear($('verify-result'));

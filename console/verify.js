@@ -1,7 +1,9 @@
 // The export-bundle verifier, in the browser: the checks of `hitl-ledger verify-export`
-// (src/verify/bundle.rs, src/verify/rules.rs; docs/protocol.md sections 4 to 6), in the same
-// order and with the same problem codes, so that the page and the command line give the same
-// verdict on every bundle. Hashes (SHA-256) and signatures (Ed25519) are WebCrypto's; the only
+// (src/verify/bundle.rs, src/verify/rules.rs, src/verify/governance.rs; docs/protocol.md
+// sections 4 to 6 and 12), in the same order and with the same problem codes, so that the page
+// and the command line give the same verdict on every bundle. A bundle's `policy` member (the
+// policy records its thread was evaluated under) is checked as docs/protocol.md 6.2 checks 11
+// and 12 say, and the rule replay runs over the thread's and the policy's records together. Hashes (SHA-256) and signatures (Ed25519) are WebCrypto's; the only
 // trust anchor is the verifier key the caller passes (never the key a bundle names).
 //
 // Public entry point: verifyBundle(bytes, key) -> {report, checks, records}.
@@ -16,8 +18,11 @@ const THREAD_HEAD_HEADER = 'hitl-ledger thread-head v1';
 const SIG_PREFIX = '\u2014 ';
 const MAX_SIGNATURES = 100;
 const MAX_U64 = (1n << 64n) - 1n;
-const KINDS = ['interrupt', 'decision', 'rejection', 'follow_up', 'authorization', 'timeout', 'revocation', 'refusal'];
-const ROLES = ['agent', 'reviewer', 'auditor', 'admin', 'system'];
+const KINDS = ['interrupt', 'decision', 'rejection', 'follow_up', 'authorization', 'timeout', 'revocation', 'refusal',
+  'policy', 'review'];
+const ROLES = ['agent', 'reviewer', 'auditor', 'admin', 'break_glass', 'system'];
+/** The reserved thread that holds the `policy` records, and nothing else. */
+export const POLICY_THREAD = 'hitl-ledger/policy';
 const ENVELOPE_FIELDS = ['v', 'origin', 'seq', 'prev', 'ts', 'kind', 'thread_id', 'run_id', 'checkpoint_ns',
   'checkpoint_id', 'request_id', 'thread_seq', 'thread_prev', 'actor', 'body'];
 
@@ -47,8 +52,10 @@ export const CHECKS = [
     what: "thread_seq runs from 0 without a gap and each thread_prev is the previous record's leaf hash." },
   { id: 'head', title: 'Thread head covers the records', codes: ['thread_head_mismatch'],
     what: "The signed thread head names this thread, the checkpoint's tree size, the number of records and the last record's hash." },
+  { id: 'policy', title: 'Policy records the thread was evaluated under', codes: ['policy_missing'],
+    what: 'The bundle carries every policy record of the ledger up to its checkpoint (signed thread head of hitl-ledger/policy, proofs, chain), and every policy an interrupt names is among them.' },
   { id: 'rules', title: 'Approval-rule replay', codes: ['rule_violation'],
-    what: 'Replaying the approval rules over the records finds no outcome they forbid.' },
+    what: 'Replaying the approval rules (the governance rules included: paused tools, approvers, counted approvals, break-glass and its review) over the records finds no outcome they forbid.' },
 ];
 
 /** The check that reports a problem code. */
@@ -58,10 +65,12 @@ export function checkOf(code) {
 
 /** A finding: a problem code of verify-export, its message and the record concerned. */
 class Problem extends Error {
-  constructor(code, message, seq = null) {
+  /** `check`: the check that failed, when not the first that reports `code` (the policy records'). */
+  constructor(code, message, seq = null, check = null) {
     super(message);
     this.code = code;
     this.seq = seq;
+    this.check = check;
   }
 }
 
@@ -480,7 +489,8 @@ const BODY_FIELDS = {
   interrupt: [['interrupt_id', 'str'], ['tool', 'str'], ['args', 'obj'], ['redacted', 'strlist'],
     ['action_digest', 'str'], ['action_schema', 'str'], ['allowed_decisions', 'strlist'],
     ['expires_at', 'ts'], ['edit_of', 'optstr']],
-  decision: [['decision', 'str'], ['rationale', 'optstr'], ['ticket_id', 'str'], ['expires_at', 'optts'],
+  // ticket_id null only on a partial approval (docs/protocol.md 7.5)
+  decision: [['decision', 'str'], ['rationale', 'optstr'], ['ticket_id', 'optstr'], ['expires_at', 'optts'],
     ['edited_digest', 'optstr'], ['superseded_by', 'optstr']],
   rejection: [['rationale', 'nonempty'], ['ticket_id', 'str']],
   follow_up: [['follow_up_id', 'str'], ['follows', 'hash'], ['outcome', 'nonempty'], ['detail', 'optstrobj'],
@@ -491,6 +501,15 @@ const BODY_FIELDS = {
   timeout: [['expires_at', 'ts']],
   revocation: [['reason', 'nonempty']],
   refusal: [['method', 'str'], ['path', 'str'], ['error', 'str']],
+  policy: [['policy', 'obj'], ['policy_digest', 'str']],
+  review: [['reviews', 'hash'], ['verdict', 'str'], ['rationale', 'nonempty']],
+};
+
+/** Body members a kind's records may carry or omit (v1 extensions, docs/protocol.md 2.3). */
+const OPTIONAL_FIELDS = {
+  interrupt: [['policy', 'hash']],
+  decision: [['approvals', 'count'], ['approvals_required', 'count'], ['approved_as', 'str'], ['break_glass', 'true'],
+    ['reason', 'nonempty']],
 };
 
 const TYPE_OK = {
@@ -504,6 +523,8 @@ const TYPE_OK = {
   strlist: (v) => Array.isArray(v) && v.every((x) => typeof x === 'string'),
   optstrobj: (v) => v === null || typeof v === 'string' || isObject(v),
   hash: isHex64,
+  count: (v) => isU64(v) && v >= 1,
+  true: (v) => v === true,
 };
 
 function envelopeError(message) {
@@ -553,7 +574,16 @@ function checkRecord(rec) {
   if (utf8Length(ns) > 256 || /\p{Cc}/u.test(ns)) throw envelopeError('checkpoint_ns is malformed');
   optId('checkpoint_id');
   const rid = optId('request_id');
-  if (rid === null && kind !== 'refusal') throw envelopeError(`request_id is null on a ${kind}`);
+  if (kind === 'policy') {
+    if (rid !== null || rec.thread_id !== POLICY_THREAD) {
+      throw envelopeError(`a policy record has request_id null and thread ${JSON.stringify(POLICY_THREAD)}`);
+    }
+  } else if (rid === null && kind !== 'refusal') {
+    throw envelopeError(`request_id is null on a ${kind}`);
+  }
+  if (kind !== 'policy' && rec.thread_id === POLICY_THREAD) {
+    throw envelopeError(`the thread ${JSON.stringify(POLICY_THREAD)} holds only policy records`);
+  }
   u64('thread_seq');
   hash('thread_prev');
   const actor = get('actor');
@@ -568,15 +598,28 @@ function checkRecord(rec) {
   id('principal', actor);
   const role = str('role', actor);
   if (!ROLES.includes(role)) throw envelopeError(`actor role ${JSON.stringify(role)} is unknown`);
-  if (has(actor, 'tenant')) id('tenant', actor);
+  if (has(actor, 'tenant')) {
+    id('tenant', actor);
+    // Written only for an agent whose tenant is not its principal's name: any other spelling
+    // would be a second encoding of one actor.
+    if (role !== 'agent' || actor.tenant === actor.principal) {
+      throw envelopeError('actor tenant is recorded only for an agent whose tenant is not its principal');
+    }
+  }
   const body = get('body');
   if (!isObject(body)) throw envelopeError('body is not an object');
   const fields = BODY_FIELDS[kind];
+  const optional = OPTIONAL_FIELDS[kind] ?? [];
   for (const k of Object.keys(body)) {
-    if (!fields.some(([n]) => n === k)) throw envelopeError(`unknown ${kind} body field ${JSON.stringify(k)}`);
+    if (!fields.some(([n]) => n === k) && !optional.some(([n]) => n === k)) {
+      throw envelopeError(`unknown ${kind} body field ${JSON.stringify(k)}`);
+    }
   }
-  for (const [name, type] of fields) {
-    if (!has(body, name)) throw envelopeError(`${kind} body lacks ${JSON.stringify(name)}`);
+  for (const [name, type] of [...fields, ...optional]) {
+    if (!has(body, name)) {
+      if (optional.some(([n]) => n === name)) continue;
+      throw envelopeError(`${kind} body lacks ${JSON.stringify(name)}`);
+    }
     if (!TYPE_OK[type](body[name])) throw envelopeError(`${kind} body field ${JSON.stringify(name)} has the wrong type`);
   }
 }
@@ -601,6 +644,105 @@ function readLeaf(leaf) {
   return value;
 }
 
+// ----------------------------------------------------------------------- policy documents
+
+const GROUP_PREFIX = 'group:';
+const POLICY_FIELDS = ['review_window_seconds', 'approval_ttl_seconds', 'mode', 'redact', 'approvers', 'approvals_required',
+  'break_glass'];
+const MODES = ['enforce', 'observe', 'paused'];
+/** The empty document's resolution, in force before the first policy record. */
+const EMPTY_TOOL = Object.freeze({
+  review_window_seconds: 3600, approval_ttl_seconds: 600, mode: 'enforce', redact: [], approvers: null,
+  approvals_required: 1, break_glass: false,
+});
+
+/** A JSON number the ledger reads as a u64 (an integer from 0 to 2^64 - 1). */
+const isU64Number = (v) => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < 2 ** 64;
+
+/** A JSON Pointer as the ledger's redaction reads one: "/" first, "~" only as "~0" or "~1". */
+function validPointer(p) {
+  return p.startsWith('/') && !/~(?![01])/.test(p);
+}
+
+/** One entry of a policy document (`default` or a tool's), its fields checked. */
+function policyEntry(name, p) {
+  if (!isObject(p)) throw new Error(`policy ${name} is not an object`);
+  const out = {};
+  for (const k of Object.keys(p)) {
+    if (!POLICY_FIELDS.includes(k)) throw new Error(`policy ${name}: unknown field ${q(k)}`);
+    const v = p[k];
+    if (v === null) continue; // read as absent, as the ledger's reader does
+    const wrong = () => new Error(`policy ${name}.${k} has the wrong type`);
+    if (k === 'mode') {
+      if (!MODES.includes(v)) throw new Error(`policy ${name}.mode ${q(v)} is not a mode`);
+    } else if (k === 'redact' || k === 'approvers') {
+      if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) throw wrong();
+    } else if (k === 'break_glass') {
+      if (typeof v !== 'boolean') throw wrong();
+    } else if (!isU64Number(v)) {
+      throw wrong();
+    } else if (v === 0) {
+      throw new Error(`policy ${name}.${k} must be a positive integer`);
+    }
+    out[k] = v;
+  }
+  for (const ptr of out.redact ?? []) {
+    if (!validPointer(ptr)) throw new Error(`policy ${name}.redact: ${q(ptr)} is not a JSON Pointer`);
+  }
+  if (out.approvers !== undefined) {
+    if (out.approvers.length === 0) throw new Error(`policy ${name}.approvers must name at least one principal or group`);
+    out.approvers.forEach((a, i) => {
+      if (!validId(a.startsWith(GROUP_PREFIX) ? a.slice(GROUP_PREFIX.length) : a)) {
+        throw new Error(`policy ${name}.approvers[${i}] must be a principal or "group:<name>" with a valid id`);
+      }
+      if (out.approvers.indexOf(a) !== i) throw new Error(`policy ${name}.approvers names ${q(a)} twice`);
+    });
+  }
+  return out;
+}
+
+/** A tool's entry resolved over the default: field by field, `redact` added to the default's. */
+function resolveEntry(base, t) {
+  const r = { ...base, redact: [...base.redact] };
+  for (const k of POLICY_FIELDS) {
+    if (k === 'redact' || t[k] === undefined) continue;
+    r[k] = t[k];
+  }
+  for (const ptr of t.redact ?? []) if (!r.redact.includes(ptr)) r.redact.push(ptr);
+  return r;
+}
+
+/**
+ * A policy document validated as the ledger validates one (docs/protocol.md 12): every tool
+ * resolved, `{default, tools: Map}`. Throws an Error naming the problem for an invalid one.
+ */
+export function readPolicy(doc) {
+  if (!isObject(doc)) throw new Error('policy: the document is not an object');
+  for (const k of Object.keys(doc)) if (k !== 'default' && k !== 'tools') throw new Error(`policy: unknown field ${q(k)}`);
+  const d = has(doc, 'default') ? policyEntry('default', doc.default) : {};
+  if (has(doc, 'tools') && !isObject(doc.tools)) throw new Error('policy tools is not an object');
+  const entries = has(doc, 'tools') ? Object.keys(doc.tools).map((t) => {
+    if (!validId(t)) throw new Error('policy tools: a tool name must be a valid id (1 to 256 bytes, no control character)');
+    return [t, policyEntry(`tools.${t}`, doc.tools[t])];
+  }) : [];
+  const resolved = resolveEntry(EMPTY_TOOL, d);
+  const satisfiable = (name, p) => {
+    if (p.approvers !== null && !p.approvers.some((a) => a.startsWith(GROUP_PREFIX)) && p.approvals_required > p.approvers.length) {
+      throw new Error(`policy ${name}: approvals_required ${p.approvals_required} is more than the ${p.approvers.length} approvers named`);
+    }
+  };
+  satisfiable('default', resolved);
+  const tools = new Map();
+  for (const [t, e] of entries) {
+    const p = resolveEntry(resolved, e);
+    satisfiable(`tools.${t}`, p);
+    tools.set(t, p);
+  }
+  return { default: resolved, tools };
+}
+
+const governed = (t) => t.approvers !== null || t.approvals_required > 1;
+
 // ---------------------------------------------------------------------------- rule replay
 
 const q = (s) => JSON.stringify(s);
@@ -609,34 +751,72 @@ const bodyTs = (r, f) => tsMicros(bodyStr(r, f));
 const CLOSED_NAMES = { approved: 'approved', edited: 'edited', rejected: 'rejected', timed_out: 'timed out', revoked_open: 'revoked while open' };
 
 /**
- * The approval-rule replay (docs/protocol.md, "The approval-rule replay"): records in seq
- * order in, the first outcome the rules forbid out.
+ * The approval-rule replay (docs/protocol.md 6.3, rules 1 to 12): records in seq order in
+ * (a bundle's thread and policy records merged), the first outcome the rules forbid out.
+ * `policyDigests` maps a policy record's seq (a Number or BigInt) to the digest of its
+ * document as computed here ("sha256:" + hex), for rule 8.
  */
 export class RuleReplay {
-  constructor() {
+  constructor(policyDigests = new Map()) {
     this.requests = new Map();
     this.tickets = new Map();
     this.records = new Map(); // leaf hash hex -> request id
+    this.policyDigests = policyDigests;
+    this.inForce = null; // {id, default, tools}
   }
 
   /** Replays one record; returns why its outcome is forbidden, or null. */
   step(r, leafHashHex) {
+    if (r.kind === 'policy') return this.policyRecord(r, leafHashHex);
     const rid = r.request_id;
     if (rid === null) return null;
-    const verdict = this.judge(r, rid);
+    const verdict = this.judge(r, rid, leafHashHex);
     if (verdict === null) this.records.set(leafHashHex, rid);
     return verdict;
   }
 
-  judge(r, rid) {
+  /** Rule 8: a valid policy record, its digest its document's, comes into force. */
+  policyRecord(r, leafHashHex) {
+    const bad = (why) => `rule 8: an invalid policy record (seq ${r.seq}): ${why}`;
+    if (!has(r.body, 'policy')) return bad('it has no document');
+    let p;
+    try {
+      p = readPolicy(r.body.policy);
+    } catch (e) {
+      return bad(e.message);
+    }
+    const digest = this.policyDigests.get(BigInt(r.seq));
+    if (digest === undefined || bodyStr(r, 'policy_digest') !== digest) return bad('policy_digest is not the document\'s');
+    this.inForce = { id: leafHashHex, ...p };
+    return null;
+  }
+
+  /** The resolved policy of a tool under the policy in force. */
+  tool(name) {
+    if (this.inForce === null) return EMPTY_TOOL;
+    return this.inForce.tools.get(name) ?? this.inForce.default;
+  }
+
+  judge(r, rid, leafHashHex) {
     const ts = tsMicros(r.ts);
     if (r.kind === 'interrupt') {
       if (this.requests.has(rid)) return `rule 1: a second interrupt of request ${q(rid)}`;
+      const named = bodyStr(r, 'policy');
+      if (named !== null && (this.inForce === null || this.inForce.id !== named)) {
+        return `rule 9: an interrupt naming the policy record ${named}, which is not the one in force (${this.inForce ? this.inForce.id : 'none'})`;
+      }
+      // An edit's new request keeps the original's opener (the editor wrote it).
+      const original = bodyStr(r, 'edit_of') === null ? undefined : this.requests.get(bodyStr(r, 'edit_of'));
       this.requests.set(rid, {
         deadline: bodyTs(r, 'expires_at') ?? -(1n << 63n),
         digest: bodyStr(r, 'action_digest') ?? '',
         closed: null,
         revoked: false,
+        opener: original ? original.opener : r.actor.principal,
+        tool: bodyStr(r, 'tool') ?? '',
+        approvals: [],
+        breakGlass: null, // {hash, principal}
+        reviewed: false,
       });
       return null;
     }
@@ -647,6 +827,15 @@ export class RuleReplay {
       case 'rejection': {
         if (req.closed) return `rule 3a: a second closing record of request ${q(rid)} (it was ${CLOSED_NAMES[req.closed]})`;
         if (ts >= req.deadline) return `rule 3b: a closing record of request ${q(rid)} at or after the review deadline`;
+        if (r.kind === 'decision') {
+          const v = this.decision(r, req, rid);
+          if (v !== null) return v;
+          if (r.body.ticket_id === null) {
+            req.approvals.push(r.actor.principal); // a partial approval: counted, closing nothing
+            return null;
+          }
+          if (r.body.break_glass === true) req.breakGlass = { hash: leafHashHex, principal: r.actor.principal };
+        }
         const ticket = bodyStr(r, 'ticket_id') ?? '';
         if (this.tickets.has(ticket)) return `rule 3: ticket ${q(ticket)} is issued a second time`;
         const issuer = r.kind === 'rejection' ? 'reject' : bodyStr(r, 'decision') === 'approve' ? 'approve' : 'edit';
@@ -684,14 +873,77 @@ export class RuleReplay {
         const owner = isHex64(follows) ? this.records.get(follows) : undefined;
         return owner === rid ? null : `rule 7: a follow-up of request ${q(rid)} that follows a record of another request`;
       }
+      case 'review': {
+        const v = this.review(r, req, rid);
+        if (v === null) req.reviewed = true;
+        return v;
+      }
       default:
         return null;
     }
   }
 
+  /** Rules 10 and 11 for a `decision` of request `req`. */
+  decision(r, req, rid) {
+    const t = this.tool(req.tool);
+    const breakGlass = r.body.break_glass === true;
+    const decision = bodyStr(r, 'decision') ?? '';
+    const ticket = bodyStr(r, 'ticket_id');
+    if (breakGlass || r.actor.role === 'break_glass') {
+      if (!breakGlass || r.actor.role !== 'break_glass' || decision !== 'approve' || ticket === null) {
+        return `rule 11a: a break-glass decision of request ${q(rid)} not by the break_glass role (or not an approval with a ticket)`;
+      }
+      if (t.break_glass !== true) return `rule 11b: break-glass on request ${q(rid)}, whose tool's policy does not allow it`;
+      return null;
+    }
+    if (ticket === null && decision !== 'approve') {
+      return `rule 10d: a decision of request ${q(rid)} without a ticket that is not an approval`;
+    }
+    const approving = decision === 'approve';
+    const principal = r.actor.principal;
+    if (governed(t)) {
+      if (principal === req.opener) return `rule 10a: an approval of request ${q(rid)} by the principal that opened it`;
+      if (t.approvers !== null) {
+        const as = bodyStr(r, 'approved_as');
+        const admitted = as !== null && t.approvers.includes(as) && (as.startsWith(GROUP_PREFIX) || as === principal);
+        if (!admitted) return `rule 10b: a decision of request ${q(rid)} by a reviewer outside the approvers`;
+      }
+      if (approving && req.approvals.includes(principal)) {
+        return `rule 10c: a second approval of request ${q(rid)} by the same reviewer`;
+      }
+    }
+    if (!approving) return null;
+    const n = req.approvals.length + 1;
+    const need = t.approvals_required;
+    if (ticket !== null && n < need) {
+      return `rule 10d: a ticket for request ${q(rid)} before its ${need}th approval (this is approval ${n})`;
+    }
+    if (ticket === null && n >= need) {
+      return `rule 10d: a partial approval of request ${q(rid)} that should have issued the ticket (approval ${n} of ${need})`;
+    }
+    const count = (f) => (has(r.body, f) && isU64(r.body[f]) ? r.body[f] : null);
+    const expected = need > 1 ? [n, need] : [null, null];
+    if (count('approvals') !== expected[0] || count('approvals_required') !== expected[1]) {
+      return `rule 10d: approval counts of request ${q(rid)} that are not the replay's (${n} of ${need})`;
+    }
+    return null;
+  }
+
+  /** Rule 12: a review names the request's break-glass use, is not by its user, and is the only one. */
+  review(r, req, rid) {
+    if (req.breakGlass === null) return `rule 12a: a review of request ${q(rid)}, which has no break-glass use`;
+    if (r.actor.principal === req.breakGlass.principal) return `rule 12b: a review of request ${q(rid)} by its break-glass user`;
+    if (req.reviewed) return `rule 12c: a second review of request ${q(rid)}`;
+    if (bodyStr(r, 'reviews') !== req.breakGlass.hash) {
+      return `rule 12d: a review of request ${q(rid)} naming another record than its break-glass use`;
+    }
+    return null;
+  }
+
   grant(r, rid, ts, req) {
     const granted = r.body.granted === true;
     const observed = has(r.body, 'would_deny') && r.body.would_deny !== null;
+    if (granted && this.tool(req.tool).mode === 'paused') return `rule 6f: a grant in request ${q(rid)}, whose tool is paused`;
     if (!granted || observed) return null;
     const ticketId = bodyStr(r, 'ticket_id') ?? '';
     const ticket = this.tickets.get(ticketId);
@@ -728,15 +980,7 @@ function parseBundle(bytes) {
   const format = s('format');
   if (format !== FORMAT) throw bad(`unknown bundle format ${q(format)} (this page reads ${FORMAT})`);
   if (!has(doc, 'records') || !Array.isArray(doc.records)) throw bad('the bundle\'s "records" is missing or not a list');
-  const entries = doc.records.map((e, i) => {
-    if (!isObject(e)) throw bad(`records[${i}] is not an object`);
-    const seq = has(e, 'seq') ? asU64(e.seq) : null;
-    if (seq === null) throw bad(`records[${i}].seq is not a non-negative integer`);
-    if (!has(e, 'leaf') || typeof e.leaf !== 'string') throw bad(`records[${i}].leaf is not a string`);
-    if (!has(e, 'inclusion_proof') || !Array.isArray(e.inclusion_proof)) throw bad(`records[${i}].inclusion_proof is not a list`);
-    if (!e.inclusion_proof.every((h) => typeof h === 'string')) throw bad(`records[${i}].inclusion_proof holds a non-string`);
-    return { seq, leaf: e.leaf, proof: e.inclusion_proof };
-  });
+  const entries = parseEntries(doc.records, 'records', bad);
   return {
     origin: s('origin'),
     verifierKey: s('verifier_key'),
@@ -744,7 +988,96 @@ function parseBundle(bytes) {
     threadId: s('thread_id'),
     threadHead: s('thread_head'),
     entries,
+    // read at check 11, after the thread's own checks (docs/protocol.md 6.2)
+    policy: has(doc, 'policy') ? doc.policy : undefined,
   };
+}
+
+/** A list of record entries ({seq, leaf, inclusion_proof}), named `name` in messages. */
+function parseEntries(list, name, bad) {
+  return list.map((e, i) => {
+    if (!isObject(e)) throw bad(`${name}[${i}] is not an object`);
+    const seq = has(e, 'seq') ? asU64(e.seq) : null;
+    if (seq === null) throw bad(`${name}[${i}].seq is not a non-negative integer`);
+    if (!has(e, 'leaf') || typeof e.leaf !== 'string') throw bad(`${name}[${i}].leaf is not a string`);
+    if (!has(e, 'inclusion_proof') || !Array.isArray(e.inclusion_proof)) throw bad(`${name}[${i}].inclusion_proof is not a list`);
+    if (!e.inclusion_proof.every((h) => typeof h === 'string')) throw bad(`${name}[${i}].inclusion_proof holds a non-string`);
+    return { seq, leaf: e.leaf, proof: e.inclusion_proof };
+  });
+}
+
+/**
+ * Check 9 of docs/protocol.md 6.2 over one list of entries of thread `threadId` (the bundle's,
+ * or hitl-ledger/policy for the policy records): each leaf read, bound to its entry, proven in
+ * the checkpoint's tree and chained. `name` names the list in messages, `check` the check a
+ * problem is reported under (null: the check of its code), `onRecord(r)` sees each record
+ * read. Returns [[record, leaf hash hex]] and the last leaf hash.
+ */
+async function checkEntries(entries, threadId, origin, cp, name, check, onRecord, stop) {
+  let prevSeq = null;
+  let prevHash = new Uint8Array(32);
+  const out = [];
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i];
+    stop.at = e.seq;
+    const at = (code, m) => new Problem(code, m, e.seq, check);
+    const leaf = b64decode(e.leaf);
+    if (!leaf) throw at('leaf_encoding', `${name}[${i}].leaf is not base64`);
+    let r;
+    try {
+      r = readLeaf(leaf);
+    } catch (err) {
+      if (err instanceof LeafError) throw at(err.code, `${name}[${i}]: ${err.message}`);
+      throw err;
+    }
+    onRecord(r);
+    if (BigInt(r.seq) !== e.seq) throw at('seq_mismatch', `${name}[${i}] is listed as seq ${e.seq} but its leaf says ${r.seq}`);
+    if (prevSeq !== null && e.seq <= prevSeq) throw at('seq_order', `${name}[${i}] (seq ${e.seq}) does not come after seq ${prevSeq}`);
+    if (r.origin !== origin) throw at('record_origin', `record ${e.seq} has origin ${q(r.origin)}, the bundle's is ${q(origin)}`);
+    if (r.thread_id !== threadId) throw at('record_thread', `record ${e.seq} is in thread ${q(r.thread_id)}, the ${name === 'records' ? 'bundle\'s' : 'list\'s'} is ${q(threadId)}`);
+    const hash = await leafHash(leaf);
+    const proof = e.proof.map((h) => (isHex64(h) ? parseLowerHex(h, 32) : null));
+    if (proof.some((p) => p === null)) throw at('inclusion_proof', `record ${e.seq}'s proof holds a hash that is not 64 lowercase hex`);
+    const why = await verifyInclusion(hash, e.seq, cp.size, proof, cp.root);
+    if (why) throw at('inclusion_proof', `record ${e.seq} is not in the checkpoint's tree of ${cp.size}: ${why}`);
+    if (BigInt(r.thread_seq) !== BigInt(i)) {
+      throw at('thread_gap', `record ${e.seq} has thread_seq ${r.thread_seq}, expected ${i} (a record of the thread is missing)`);
+    }
+    if (r.thread_prev !== toHex(prevHash)) {
+      throw at('thread_prev', `record ${e.seq} has thread_prev ${r.thread_prev}, the previous record's leaf hash is ${toHex(prevHash)}`);
+    }
+    prevSeq = e.seq;
+    prevHash = hash;
+    out.push([r, toHex(hash)]);
+  }
+  return { records: out, last: prevHash };
+}
+
+/** Check 10 (and 11's last part): a thread head covers exactly the entries. */
+function checkHead(th, origin, threadId, cp, n, last, check) {
+  const mismatch = (m) => new Problem('thread_head_mismatch', m, null, check);
+  if (th.origin !== origin || th.thread !== threadId) throw mismatch(`the thread head is for ${q(th.thread)} in ${q(th.origin)}`);
+  if (th.tree !== cp.size) throw mismatch(`the thread head accompanies a tree of ${th.tree}, the checkpoint's is ${cp.size}`);
+  if (th.size !== n) throw mismatch(`the thread head says ${th.size} records, the bundle has ${n}`);
+  if (!bytesEqual(th.head, last)) {
+    throw mismatch(`the thread head names ${toHex(th.head)} as the last record, the bundle's last is ${toHex(last)}`);
+  }
+}
+
+/** A thread-head note opened with the trusted key and parsed. */
+async function openHead(note, key, what, check) {
+  let text;
+  try {
+    text = await openNote(note, key);
+  } catch (e) {
+    if (e instanceof NoteError) throw new Problem('thread_head_signature', `${what}: ${e.message}`, null, check);
+    throw e;
+  }
+  try {
+    return parseThreadHead(text);
+  } catch (e) {
+    throw new Problem('thread_head_body', `${what} body: ${e.message}`, null, check);
+  }
 }
 
 /**
@@ -764,7 +1097,8 @@ export async function verifyBundle(bytes, keyText) {
   const passed = new Set();
   const details = new Map();
   const records = [];
-  let stoppedAt = null;
+  const stop = { at: null }; // the thread record being checked when a per-record check failed
+  let failedCheck = null;
   try {
     let key;
     try {
@@ -802,87 +1136,70 @@ export async function verifyBundle(bytes, keyText) {
     }
     passed.add('checkpoint');
     details.set('checkpoint', `tree of ${cp.size} records, root ${toHex(cp.root)}`);
-    let thText;
-    try {
-      thText = await openNote(b.threadHead, key);
-    } catch (e) {
-      if (e instanceof NoteError) throw new Problem('thread_head_signature', `thread head: ${e.message}`);
-      throw e;
-    }
-    let th;
-    try {
-      th = parseThreadHead(thText);
-    } catch (e) {
-      throw new Problem('thread_head_body', `thread head body: ${e.message}`);
-    }
+    const th = await openHead(b.threadHead, key, 'thread head', null);
     passed.add('thread_head');
     details.set('thread_head', `thread ${q(th.thread)}: ${th.size} records, head ${toHex(th.head)}, tree ${th.tree}`);
 
-    let prevSeq = null;
-    let prevHash = new Uint8Array(32);
-    const replayed = [];
-    for (let i = 0; i < b.entries.length; i++) {
-      const e = b.entries[i];
-      stoppedAt = e.seq;
-      const at = (code, m) => new Problem(code, m, e.seq);
-      const leaf = b64decode(e.leaf);
-      if (!leaf) throw at('leaf_encoding', `records[${i}].leaf is not base64`);
-      let r;
-      try {
-        r = readLeaf(leaf);
-      } catch (err) {
-        if (err instanceof LeafError) throw at(err.code, `records[${i}]: ${err.message}`);
-        throw err;
-      }
+    const thread = await checkEntries(b.entries, b.threadId, b.origin, cp, 'records', null, (r) => {
       if (report.first_ts === null) report.first_ts = r.ts;
       report.last_ts = r.ts;
       if (r.kind === 'decision') report.decisions++;
       if (r.kind === 'rejection') report.rejections++;
-      if (BigInt(r.seq) !== e.seq) throw at('seq_mismatch', `records[${i}] is listed as seq ${e.seq} but its leaf says ${r.seq}`);
-      if (prevSeq !== null && e.seq <= prevSeq) throw at('seq_order', `records[${i}] (seq ${e.seq}) does not come after seq ${prevSeq}`);
-      if (r.origin !== b.origin) throw at('record_origin', `record ${e.seq} has origin ${q(r.origin)}, the bundle's is ${q(b.origin)}`);
-      if (r.thread_id !== b.threadId) throw at('record_thread', `record ${e.seq} is in thread ${q(r.thread_id)}, the bundle's is ${q(b.threadId)}`);
-      const hash = await leafHash(leaf);
-      const proof = e.proof.map((h) => (isHex64(h) ? parseLowerHex(h, 32) : null));
-      if (proof.some((p) => p === null)) throw at('inclusion_proof', `record ${e.seq}'s proof holds a hash that is not 64 lowercase hex`);
-      const why = await verifyInclusion(hash, e.seq, cp.size, proof, cp.root);
-      if (why) throw at('inclusion_proof', `record ${e.seq} is not in the checkpoint's tree of ${cp.size}: ${why}`);
-      if (BigInt(r.thread_seq) !== BigInt(i)) {
-        throw at('thread_gap', `record ${e.seq} has thread_seq ${r.thread_seq}, expected ${i} (a record of the thread is missing)`);
-      }
-      if (r.thread_prev !== toHex(prevHash)) {
-        throw at('thread_prev', `record ${e.seq} has thread_prev ${r.thread_prev}, the previous record's leaf hash is ${toHex(prevHash)}`);
-      }
-      prevSeq = e.seq;
-      prevHash = hash;
-      replayed.push([r, toHex(hash)]);
-    }
-    stoppedAt = null;
+    }, stop);
+    stop.at = null;
     for (const c of CHECKS) if (c.perRecord) passed.add(c.id);
     details.set('inclusion', `${b.entries.length} leaf hashes proven against the root of ${cp.size}`);
-    const n = BigInt(b.entries.length);
-    const mismatch = (m) => new Problem('thread_head_mismatch', m);
-    if (th.origin !== b.origin || th.thread !== b.threadId) throw mismatch(`the thread head is for ${q(th.thread)} in ${q(th.origin)}`);
-    if (th.tree !== cp.size) throw mismatch(`the thread head accompanies a tree of ${th.tree}, the checkpoint's is ${cp.size}`);
-    if (th.size !== n) throw mismatch(`the thread head says ${th.size} records, the bundle has ${n}`);
-    if (!bytesEqual(th.head, prevHash)) {
-      throw mismatch(`the thread head names ${toHex(th.head)} as the last record, the bundle's last is ${toHex(prevHash)}`);
-    }
+    checkHead(th, b.origin, b.threadId, cp, BigInt(b.entries.length), thread.last, null);
     passed.add('head');
-    const rules = new RuleReplay();
-    for (const [r, h] of replayed) {
+
+    // Checks 11 and 12: the policy records the thread's records were evaluated under.
+    let policy = [];
+    if (b.policy !== undefined) {
+      const bad = (m) => new Problem('bad_input', m, null, 'policy');
+      const pd = b.policy;
+      if (!isObject(pd)) throw bad('the bundle\'s "policy" is not an object');
+      if (!has(pd, 'thread_head') || typeof pd.thread_head !== 'string') throw bad('the bundle\'s policy.thread_head is missing or not a string');
+      if (!has(pd, 'records') || !Array.isArray(pd.records)) throw bad('the bundle\'s policy.records is missing or not a list');
+      const entries = parseEntries(pd.records, 'policy.records', bad);
+      const pth = await openHead(pd.thread_head, key, 'policy thread head', 'policy');
+      const got = await checkEntries(entries, POLICY_THREAD, b.origin, cp, 'policy.records', 'policy', () => {}, { at: null });
+      checkHead(pth, b.origin, POLICY_THREAD, cp, BigInt(entries.length), got.last, 'policy');
+      policy = got.records;
+    }
+    const policyIds = new Set(policy.map(([, h]) => h));
+    for (const [r] of thread.records) {
+      if (r.kind === 'interrupt' && typeof r.body.policy === 'string' && !policyIds.has(r.body.policy)) {
+        throw new Problem('policy_missing', `record ${r.seq}: the interrupt names policy record ${r.body.policy}, which the bundle's policy records do not hold`, BigInt(r.seq));
+      }
+    }
+    passed.add('policy');
+    details.set('policy', b.policy === undefined
+      ? 'the bundle carries no policy records (a ledger from before them): verified as before'
+      : `${policy.length} policy record${policy.length === 1 ? '' : 's'}, signed thread head of ${POLICY_THREAD}`);
+
+    // Check 13: the replay over both, in seq order, each policy document's digest computed here.
+    const digests = new Map();
+    for (const [r] of policy) {
+      if (isObject(r.body.policy)) digests.set(BigInt(r.seq), `sha256:${toHex(await sha256(UTF8.encode(canonicalize(r.body.policy))))}`);
+    }
+    const merged = [...thread.records, ...policy].sort(([a], [c]) => (BigInt(a.seq) < BigInt(c.seq) ? -1 : 1));
+    const rules = new RuleReplay(digests);
+    for (const [r, h] of merged) {
       const m = rules.step(r, h);
       if (m !== null) throw new Problem('rule_violation', `record ${r.seq}: ${m}`, BigInt(r.seq));
     }
     passed.add('rules');
-    for (const [r] of replayed) records.push(r);
+    for (const [r] of thread.records) records.push(r);
     report.ok = true;
   } catch (e) {
     if (!(e instanceof Problem)) throw e;
     const seq = e.seq === null ? null : e.seq <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(e.seq) : e.seq.toString();
     report.problem = { code: e.code, message: e.message, seq };
+    failedCheck = e.check;
   }
-  const failed = report.problem ? checkOf(report.problem.code).id : null;
+  const failed = report.problem ? failedCheck ?? checkOf(report.problem.code).id : null;
+  const failedPerRecord = failed !== null && CHECKS.find((c) => c.id === failed).perRecord === true;
+  const stoppedAt = stop.at;
   const checks = CHECKS.map((c) => {
     let status;
     let detail = details.get(c.id) ?? '';
@@ -890,7 +1207,7 @@ export async function verifyBundle(bytes, keyText) {
       status = 'fail';
       detail = report.problem.message;
     } else if (passed.has(c.id)) status = 'pass';
-    else if (c.perRecord && stoppedAt !== null && failed && checkOf(report.problem.code).perRecord) {
+    else if (c.perRecord && stoppedAt !== null && failedPerRecord) {
       status = 'incomplete';
       // Each record goes through the per-record checks in CHECKS order: those before the
       // failing one also passed for the failing record.

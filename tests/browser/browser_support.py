@@ -4,7 +4,10 @@
 tests can import its helpers whatever other conftest.py a pytest run also loads.)
 
 The server is ``$HITL_LEDGER_BIN`` (default ``~/.cache/hitl-ledger/target/debug/hitl-ledger``),
-started in a temporary directory as tests/python/conftest.py does. The browser is Debian's
+started in a temporary directory as tests/python/conftest.py does. Its log starts with two
+policy records: ``init``'s (seq 0, by ``hitl-ledger``) and the tests' POLICY, recorded with
+``hitl-ledger policy set`` before the server starts (seq 1, by the local admin); every other
+record comes after them. The browser is Debian's
 ``chromium`` driven by its ``chromium-driver`` through Selenium (``$HITL_CHROMIUM``,
 ``$HITL_CHROMEDRIVER`` override the paths). Anything missing fails the tests with a message
 saying what to install; nothing is skipped.
@@ -47,7 +50,7 @@ POLICY = {
     "tools": {"wire_transfer": {"redact": ["/account"]}},
 }
 
-ROLES = ("agent", "reviewer", "reviewer2", "auditor")
+ROLES = ("agent", "reviewer", "reviewer2", "auditor", "admin")
 
 
 def ledger_bin() -> Path:
@@ -100,7 +103,10 @@ def start_ledger(root: Path, extra_tokens: tuple[tuple[str, str, str, tuple[str,
     data = root / "ledger"
     _run(binary, data, "init", "--origin", ORIGIN)
     verifier_key = (data / "verifier.key").read_text("utf-8").strip()
-    (data / "policy.json").write_text(json.dumps(POLICY), encoding="utf-8")
+    # The policy is part of the log: init recorded its file's; the tests' is recorded on top.
+    policy_file = root / "browser-policy.json"
+    policy_file.write_text(json.dumps(POLICY), encoding="utf-8")
+    _run(binary, data, "policy", "set", str(policy_file))
     tokens = {}
     for name in ROLES:
         role = name.rstrip("2")
@@ -298,3 +304,29 @@ def response_bodies(d, events: list[dict]) -> list[str]:
 
 def browser_errors(d) -> list[str]:
     return [e["message"] for e in d.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+
+
+POLICY_THREAD = "hitl-ledger/policy"
+
+
+def export_with_policy(auditor: LedgerClient, thread: str) -> bytes:
+    """The export bundle of ``thread`` with its ``policy`` member (docs/protocol.md 6.1: the
+    policy records the thread's records were evaluated under, with a signed thread head of
+    hitl-ledger/policy against the same checkpoint). A bundle the ledger wrote with the member
+    is returned as it is; one without it (an ``export`` that does not write it yet) gets the
+    member from the policy thread's own export, taken against the same checkpoint (the two
+    exports are read again when a write came between them)."""
+    from urllib.parse import quote
+
+    for _ in range(10):
+        _, text = auditor.request("GET", f"/v1/threads/{quote(thread, safe='')}/export", expect_json=False)
+        bundle = json.loads(text)
+        if "policy" in bundle:
+            return text.encode("utf-8")
+        _, ptext = auditor.request("GET", f"/v1/threads/{quote(POLICY_THREAD, safe='')}/export",
+                                   expect_json=False)
+        policy = json.loads(ptext)
+        if policy["checkpoint"] == bundle["checkpoint"]:
+            bundle["policy"] = {"thread_head": policy["thread_head"], "records": policy["records"]}
+            return json.dumps(bundle).encode("utf-8")
+    raise AssertionError(f"the exports of {thread!r} and {POLICY_THREAD!r} never shared a checkpoint")

@@ -583,9 +583,11 @@ def test_keyboard_only_decision_labels_and_200_percent_zoom(driver, ledger, shoo
     d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                       {"width": 640, "height": 500, "deviceScaleFactor": 2, "mobile": False})
     try:
-        for place in ("queue", "recorded", "verify"):
+        for place in ("queue", "recorded", "policy", "break-glass", "verify"):
             d.find_element(By.ID, f"tab-{place}").click()
             wait_for(lambda: d.find_element(By.ID, f"place-{place}").is_displayed())
+            if place == "policy":  # read from the ledger when shown: wait for it
+                wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "table.policy-history"), what="the policy")
             over = d.execute_script(
                 "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert over <= 0, f"{place} scrolls sideways by {over}px at 200% zoom"

@@ -12,7 +12,15 @@ import time
 import uuid
 
 import pytest
-from browser_support import browser_errors, network_log, response_bodies, sign_in, start_ledger, wait_for
+from browser_support import (
+    browser_errors,
+    export_with_policy,
+    network_log,
+    response_bodies,
+    sign_in,
+    start_ledger,
+    wait_for,
+)
 from selenium.webdriver.common.by import By
 from test_verify import browser_verify
 
@@ -106,8 +114,8 @@ def test_large_numbers_are_read_shown_exactly_edited_and_verified(driver, ledger
                     what="the request's history")
     assert "100000000000000000000" in hist.text and "18446744073709552000" in hist.text
     # The in-browser verifier verifies the thread's export, which holds such leaves.
-    _, bundle = auditor.request("GET", f"/v1/threads/{thread}/export", expect_json=False)
-    result = browser_verify(d, bundle.encode("utf-8"), ledger.verifier_key)
+    bundle = export_with_policy(auditor, thread)
+    result = browser_verify(d, bundle, ledger.verifier_key)
     assert "error" not in result, result.get("error")
     assert result["report"]["ok"] is True, result["report"]
     assert result["report"]["records"] == 5  # interrupt, follow-up, edit, new interrupt, approval
@@ -366,10 +374,9 @@ def test_a_reviewer_scoped_to_a_tenant_never_sees_the_other_tenant(driver, tenan
              what="B's request answered as unknown")
     assert f"t-{old_b}" not in text_content(d, d.find_element(By.TAG_NAME, "body"))
     # The in-browser verifier accepts records whose actor names a tenant.
-    _, bundle = ledger.client("auditor").request("GET", f"/v1/threads/t-{old_a}/export",
-                                                 expect_json=False)
+    bundle = export_with_policy(ledger.client("auditor"), f"t-{old_a}")
     leaves = [json.loads(base64.b64decode(r["leaf"])) for r in json.loads(bundle)["records"]]
     assert leaves[0]["actor"] == {"principal": "web-agent-a", "role": "agent", "tenant": "tenant-a"}
-    result = browser_verify(d, bundle.encode("utf-8"), ledger.verifier_key)
+    result = browser_verify(d, bundle, ledger.verifier_key)
     assert "error" not in result, result.get("error")
     assert result["report"]["ok"] is True, result["report"]

@@ -123,7 +123,7 @@ def test_verify_screen_file_drop_pinned_key_and_thread_export(driver, ledger, ca
     verdict = wait_for(lambda: d.find_element(By.ID, "verdict"), what="a verdict")
     assert verdict.get_attribute("data-ok") == "true", verdict.text
     checks = d.find_elements(By.CSS_SELECTOR, "#checks li")
-    assert len(checks) == 11 and all(c.get_attribute("data-status") == "pass" for c in checks)
+    assert len(checks) == 12 and all(c.get_attribute("data-status") == "pass" for c in checks)
     assert "Intact" in verdict.text
     d.execute_script("arguments[0].scrollIntoView()", d.find_element(By.ID, "verify-result"))
     shoot("verify-pass")
