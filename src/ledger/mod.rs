@@ -72,7 +72,8 @@ pub struct Identity {
     pub signer: NoteSigner,
     /// The redaction secret.
     pub key: RedactionKey,
-    /// The policy in force.
+    /// The policy of the data directory's file: recorded by `init` as the first policy record,
+    /// and in force only while the log holds none (a ledger from before policy records).
     pub policy: Policy,
     /// The clock, where the engine has none of its own.
     pub clock: Arc<dyn Clock>,
