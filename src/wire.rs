@@ -156,13 +156,26 @@ pub fn pending(items: &[PendingItem]) -> Value {
     json!({"pending": v})
 }
 
-/// `GET /v1/requests/{id}`: `{"request_id", "state", "records"}`.
+/// `GET /v1/requests/{id}`: `{"request_id", "state", "approvals", "approvals_required",
+/// "records"}`.
 pub fn request(v: &RequestView) -> Value {
     json!({
         "request_id": v.request_id,
         "state": v.state.status.as_str(),
+        "approvals": approvals(&v.state),
+        "approvals_required": v.approvals_required,
         "records": v.records.iter().map(|r| r.to_value()).collect::<Vec<_>>(),
     })
+}
+
+/// A request's counted approvals: `[{"principal", "seq"}]`, in order.
+fn approvals(st: &crate::model::state::RequestState) -> Value {
+    Value::Array(
+        st.approvals
+            .iter()
+            .map(|a| json!({"principal": a.principal, "seq": a.seq}))
+            .collect(),
+    )
 }
 
 /// `GET /v1/requests/{id}?after=&limit=`: `{"next_after"?, "records", "request_id",
@@ -174,14 +187,8 @@ pub fn request_page_text(p: &RequestPage) -> String {
     let mut out = String::with_capacity(leaves + p.request_id.len() + 96);
     out.push('{');
     // Counted approvals, and how many the tool needs under the policy in force (section 7.5).
-    let approvals: Vec<Value> = p
-        .state
-        .approvals
-        .iter()
-        .map(|a| json!({"principal": a.principal, "seq": a.seq}))
-        .collect();
     out.push_str("\"approvals\":");
-    out.push_str(&Value::Array(approvals).to_string());
+    out.push_str(&approvals(&p.state).to_string());
     out.push_str(",\"approvals_required\":");
     out.push_str(&p.approvals_required.to_string());
     out.push(',');

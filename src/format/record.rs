@@ -464,14 +464,13 @@ impl Record {
         let request_id = get_opt_id(obj, "request_id")?;
         match kind {
             Kind::Refusal => {}
-            Kind::Policy => {
-                if request_id.is_some() || thread_id != POLICY_THREAD {
-                    return Err(env(format!(
-                        "a policy record has request_id null and thread {q}",
-                        q = crate::codec::quoted(POLICY_THREAD)
-                    )));
-                }
+            Kind::Policy if request_id.is_some() || thread_id != POLICY_THREAD => {
+                return Err(env(format!(
+                    "a policy record has request_id null and thread {q}",
+                    q = crate::codec::quoted(POLICY_THREAD)
+                )));
             }
+            Kind::Policy => {}
             _ if request_id.is_none() => {
                 return Err(env(format!("request_id is null on a {kind_s}")));
             }

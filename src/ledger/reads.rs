@@ -22,6 +22,8 @@ pub struct RequestView {
     pub state: RequestState,
     /// Every record naming it.
     pub records: Vec<Record>,
+    /// The approvals its tool needs under the policy in force.
+    pub approvals_required: u64,
 }
 
 /// One page of a request's records (`GET /v1/requests/{id}`), read from one snapshot.
@@ -101,6 +103,22 @@ impl Ledger {
         index::request(&*self.engine.snapshot()?, request_id)
     }
 
+    /// The approvals `tool` needs under the policy in force in `snap`.
+    fn approvals_required(&self, snap: &dyn crate::storage::Read, tool: &str) -> Result<u64> {
+        Ok(match index::policy_seq(snap)? {
+            None => self.file_policy.for_tool(tool).approvals_required,
+            Some(seq) => match self.cached_policy(seq) {
+                Some(p) => p.policy.for_tool(tool).approvals_required,
+                None => {
+                    let (r, _) = index::record(snap, seq)?;
+                    super::governance::policy_of_record(&r)?
+                        .for_tool(tool)
+                        .approvals_required
+                }
+            },
+        })
+    }
+
     /// A request and its records, read from one snapshot. Writes nothing, also when the
     /// request's timeout is due ([`RequestState::timeout_due`] tells).
     ///
@@ -113,10 +131,12 @@ impl Ledger {
             .into_iter()
             .map(|seq| index::record(&*snap, seq).map(|(r, _)| r))
             .collect::<Result<_>>()?;
+        let approvals_required = self.approvals_required(&*snap, &state.tool)?;
         Ok(RequestView {
             request_id: request_id.to_string(),
             state,
             records,
+            approvals_required,
         })
     }
 
@@ -155,18 +175,7 @@ impl Ledger {
             bytes += leaf.len();
             records.push((seq, leaf));
         }
-        let approvals_required = match index::policy_seq(&*snap)? {
-            None => self.file_policy.for_tool(&state.tool).approvals_required,
-            Some(seq) => match self.cached_policy(seq) {
-                Some(p) => p.policy.for_tool(&state.tool).approvals_required,
-                None => {
-                    let (r, _) = index::record(&*snap, seq)?;
-                    super::governance::policy_of_record(&r)?
-                        .for_tool(&state.tool)
-                        .approvals_required
-                }
-            },
-        };
+        let approvals_required = self.approvals_required(&*snap, &state.tool)?;
         Ok(RequestPage {
             request_id: request_id.to_string(),
             state,

@@ -184,6 +184,7 @@ impl Policy {
         let canonical = jcs::to_vec(value);
         let document: Value = jcs::parse(&canonical, jcs::ParseOptions::default())
             .map_err(|e| invalid(format!("policy: {e}")))?;
+        reject_nulls(&document)?;
         let file: PolicyFile = serde_json::from_value(document.clone())
             .map_err(|e| invalid(format!("policy: {e}")))?;
         check("default", &file.default)?;
@@ -315,6 +316,45 @@ impl Policy {
     }
 }
 
+/// A field given as `null` is of the wrong type (every field is optional by its absence): the
+/// document is recorded as given, and `null` would read as absent to some readers and as a value
+/// to others.
+fn reject_nulls(doc: &Value) -> Result<()> {
+    let Some(top) = doc.as_object() else {
+        return Ok(());
+    };
+    let entries = top
+        .iter()
+        .filter(|(k, _)| k.as_str() == "default")
+        .map(|(_, v)| ("default".to_string(), v))
+        .chain(
+            top.get("tools")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(t, v)| (format!("tools.{t}"), v)),
+        );
+    for (k, v) in top {
+        if v.is_null() {
+            return Err(invalid(format!("policy {k} is null; omit it instead")));
+        }
+    }
+    for (name, entry) in entries {
+        match entry {
+            Value::Null => return Err(invalid(format!("policy {name} is null; omit it instead"))),
+            Value::Object(m) => {
+                if let Some((field, _)) = m.iter().find(|(_, v)| v.is_null()) {
+                    return Err(invalid(format!(
+                        "policy {name}.{field} is null; omit it instead"
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn check(name: &str, p: &PartialPolicy) -> Result<()> {
     for (field, v) in [
         ("review_window_seconds", p.review_window_seconds),
@@ -427,6 +467,10 @@ mod tests {
             r#"{"tools": {"": {}}}"#,
             r#"{"tools": {"t": {}}, "tools": {}}"#,
             r#"{"default": {"approvals_required": 99999999999999999999}}"#,
+            r#"{"default": {"mode": null}}"#,
+            r#"{"tools": {"t": {"approvers": null}}}"#,
+            r#"{"tools": {"t": null}}"#,
+            r#"{"tools": null}"#,
         ] {
             let e = Policy::parse(bad).unwrap_err();
             assert_eq!(e.code(), ErrorCode::InvalidPolicy, "{bad}");

@@ -186,13 +186,14 @@ impl RequestState {
                     superseded_by: r.body_str("superseded_by").map(str::to_owned),
                     seq,
                 });
-                if self.status == Status::Approved {
+                let break_glass = r.body.get("break_glass") == Some(&Value::Bool(true));
+                if self.status == Status::Approved && !break_glass {
                     self.approvals.push(Approval {
                         principal: r.actor.principal.clone(),
                         seq,
                     });
                 }
-                if r.body.get("break_glass") == Some(&Value::Bool(true)) {
+                if break_glass {
                     self.break_glass = Some(seq);
                 }
                 t.ticket = Some(ticket);

@@ -855,7 +855,7 @@ fn check_response_refuses_what_the_document_does_not_allow() {
             false,
         ),
         ("POST", "/v1/requests/x/review", 409, "no_break_glass", true),
-        ("GET", "/v1/policy", 403, "forbidden", false),
+        ("GET", "/v1/policy", 403, "forbidden", true),
         ("GET", "/v1/proofs/inclusion", 403, "forbidden", true),
         ("PATCH", "/v1/policy", 405, "append_only", true),
     ];
@@ -2484,8 +2484,15 @@ fn governance_answers_over_http(s: &crate::server::TestServer) {
     };
     let json_ct = "application/json";
 
-    // The policy in force, for every role: at first the one init recorded, at seq 0.
-    for t in [&ag, &rv, &au, &ad, &ops] {
+    // The policy in force, for reviewers, auditors and admins: at first the one init
+    // recorded, at seq 0. Agents and break-glass tokens are refused.
+    for t in [&ag, &ops] {
+        assert_eq!(
+            st(&get(a, "/v1/policy", t)),
+            (403, Some("forbidden".into()))
+        );
+    }
+    for t in [&rv, &au, &ad] {
         let p = ok(&get(a, "/v1/policy", t), 200);
         assert_eq!(
             (&p["seq"], &p["record"]["kind"]),
@@ -2578,7 +2585,10 @@ fn governance_answers_over_http(s: &crate::server::TestServer) {
         (&again["duplicate"], &again["seq"]),
         (&json!(true), &set["seq"])
     );
-    let p = ok(&get(a, "/v1/policy", &ag), 200);
+    // An agent does not read the policy (it names every tenant's tools and approvers).
+    let denied = get(a, "/v1/policy", &ag);
+    assert_eq!(st(&denied), (403, Some("forbidden".into())));
+    let p = ok(&get(a, "/v1/policy", &ad), 200);
     assert_eq!((&p["seq"], &p["policy"]), (&set["seq"], &doc));
     // The one PUT: every other method on the path is 405, with Allow.
     let r = send(a, "PATCH", "/v1/policy", Some(&ad), Some(json_ct), b"{}").unwrap();
