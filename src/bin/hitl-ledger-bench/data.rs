@@ -178,6 +178,8 @@ pub fn build(
 ) -> BoxResult<Built> {
     let dir = work.join("ledger");
     let (verifier_key, tokens) = init(&dir)?;
+    // `init` writes the first record (the policy in force): the stages' records follow it.
+    let base = hitl_ledger::Ledger::open(&dir)?.head()?.size;
     let mut stages = Vec::new();
     let mut copies = Vec::new();
     let mut from = 0;
@@ -201,7 +203,7 @@ pub fn build(
         // Exit 0 means every line was answered with a record (a refused line exits 2).
         run.check("hitl-ledger append")?;
         let size = hitl_ledger::Ledger::open(&dir)?.head()?.size;
-        if size != to {
+        if size != base + to {
             return Err(
                 format!("after appending records {from}..{to} the ledger holds {size}").into(),
             );
