@@ -72,7 +72,7 @@ pub fn verify_bundle(bytes: &[u8], key: &str) -> BundleReport {
 fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<(), Problem> {
     let verifier =
         NoteVerifier::parse(key).map_err(|e| bad(format!("--key is not a verifier key: {e}")))?;
-    let b = Bundle::parse(bytes).map_err(|e| bad(e.0))?;
+    let (b, policy_error) = parse(bytes)?;
     report.records = b.records.len() as u64;
     if b.verifier_key != key {
         return Err(Problem::global(
@@ -121,6 +121,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         Some(report),
     )?;
     // The policy records the thread was evaluated under (protocol 6.2, checks 11 and 12).
+    if let Some(e) = policy_error {
+        return Err(bad(e));
+    }
     let policies = match &b.policy {
         None => Vec::new(),
         Some(p) => {
@@ -166,6 +169,34 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Check 2: the bundle's structure. The structure of its `policy` member is check 11's
+/// (protocol section 6.2), which comes after the thread's records: a bundle whose only
+/// structural fault is there is read without it, and the fault is returned (as the
+/// `bad_input` message) to be reported at check 11.
+fn parse(bytes: &[u8]) -> Result<(Bundle, Option<String>), Problem> {
+    let first = match Bundle::parse(bytes) {
+        Ok(b) => return Ok((b, None)),
+        Err(e) => e.0,
+    };
+    let Ok(serde_json::Value::Object(mut doc)) =
+        crate::format::jcs::parse(bytes, crate::format::jcs::ParseOptions::default())
+    else {
+        return Err(bad(first));
+    };
+    if doc.remove("policy").is_none() {
+        return Err(bad(first));
+    }
+    // The same values without `policy` (serde_json writes each number as it was read: an
+    // integer as an integer, a double as a double, so the rest reads exactly as before).
+    let Ok(rest) = serde_json::to_vec(&serde_json::Value::Object(doc)) else {
+        return Err(bad(first));
+    };
+    match Bundle::parse(&rest) {
+        Ok(b) => Ok((b, Some(first))),
+        Err(e) => Err(bad(e.0)),
+    }
 }
 
 /// Opens a thread-head note with the trusted key and parses its body (checks 7 and 8).

@@ -119,20 +119,16 @@ impl Governance {
     }
 
     /// Rules 10 and 11 for a `decision` of request `q` (its tool governed, counted approvals,
-    /// break-glass), `counted` the approvals before it. `rid` names the request in messages.
+    /// break-glass): the first failing of them, in the contract's order. `rid` names the
+    /// request in messages.
     pub(super) fn decision(&self, r: &Record, q: &RequestGov, rid: &str) -> Option<String> {
         let q_rid = crate::codec::quoted(rid);
         let t = self.tool(&q.tool);
-        let actor = principal_key(&r.actor.principal);
-        let break_glass = r.body.get("break_glass") == Some(&serde_json::Value::Bool(true));
         let decision = r.body_str("decision").unwrap_or_default();
         let ticket = r.body.get("ticket_id").and_then(|v| v.as_str());
-        if break_glass || r.actor.role == "break_glass" {
-            if !break_glass
-                || r.actor.role != "break_glass"
-                || decision != "approve"
-                || ticket.is_none()
-            {
+        if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true)) {
+            // Rule 11 (rule 10 is for decisions that are not break-glass ones).
+            if r.actor.role != BREAK_GLASS_ROLE || decision != "approve" || ticket.is_none() {
                 return Some(format!(
                     "rule 11a: a break-glass decision of request {q_rid} not by the break_glass role (or not an approval with a ticket)"
                 ));
@@ -144,66 +140,12 @@ impl Governance {
             }
             return None;
         }
-        if ticket.is_none() && decision != "approve" {
+        if let Some(v) = rule_10(r, q, t, &q_rid, decision, ticket) {
+            return Some(v);
+        }
+        if r.actor.role == BREAK_GLASS_ROLE {
             return Some(format!(
-                "rule 10d: a decision of request {q_rid} without a ticket that is not an approval"
-            ));
-        }
-        let approving = decision == "approve";
-        if t.governed() {
-            if actor == q.opener {
-                return Some(format!(
-                    "rule 10a: an approval of request {q_rid} by the principal that opened it"
-                ));
-            }
-            if let Some(list) = &t.approvers {
-                let admitted = r.body_str("approved_as").is_some_and(|a| {
-                    list.iter().any(|e| e == a)
-                        && (a.starts_with(crate::model::policy::GROUP_PREFIX)
-                            || a == r.actor.principal)
-                });
-                if !admitted {
-                    return Some(format!(
-                        "rule 10b: a decision of request {q_rid} by a reviewer outside the approvers"
-                    ));
-                }
-            }
-            if approving && q.approvals.contains(&actor) {
-                return Some(format!(
-                    "rule 10c: a second approval of request {q_rid} by the same reviewer"
-                ));
-            }
-        }
-        if !approving {
-            return None;
-        }
-        let n = q.approvals.len() as u64 + 1;
-        let need = t.approvals_required;
-        match ticket {
-            Some(_) if n < need => {
-                return Some(format!(
-                    "rule 10d: a ticket for request {q_rid} before its {need}th approval (this is approval {n})"
-                ));
-            }
-            None if n >= need => {
-                return Some(format!(
-                    "rule 10d: a partial approval of request {q_rid} that should have issued the ticket (approval {n} of {need})"
-                ));
-            }
-            _ => {}
-        }
-        let counts = (
-            r.body.get("approvals").and_then(|v| v.as_u64()),
-            r.body.get("approvals_required").and_then(|v| v.as_u64()),
-        );
-        let expected = if need > 1 {
-            (Some(n), Some(need))
-        } else {
-            (None, None)
-        };
-        if counts != expected {
-            return Some(format!(
-                "rule 10d: approval counts of request {q_rid} that are not the replay's ({n} of {need})"
+                "rule 11a: a decision of request {q_rid} by the break_glass role without break_glass: true"
             ));
         }
         None
@@ -233,4 +175,81 @@ impl Governance {
         }
         None
     }
+}
+
+/// The role of break-glass operators (protocol section 7.6).
+const BREAK_GLASS_ROLE: &str = "break_glass";
+
+/// Rule 10 for a decision that is not a break-glass one: 10a to 10c where the tool is governed,
+/// then 10d. The ticket checks of 10d apply to every such decision, governed tool or not: a
+/// partial approval exists only where a tool needs more than one approval (sections 2.3, 7.5).
+fn rule_10(
+    r: &Record,
+    q: &RequestGov,
+    t: &ToolPolicy,
+    q_rid: &str,
+    decision: &str,
+    ticket: Option<&str>,
+) -> Option<String> {
+    let actor = principal_key(&r.actor.principal);
+    let approving = decision == "approve";
+    if t.governed() {
+        if actor == q.opener {
+            return Some(format!(
+                "rule 10a: an approval of request {q_rid} by the principal that opened it"
+            ));
+        }
+        if let Some(list) = &t.approvers {
+            let admitted = r.body_str("approved_as").is_some_and(|a| {
+                list.iter().any(|e| e == a)
+                    && (a.starts_with(crate::model::policy::GROUP_PREFIX) || a == r.actor.principal)
+            });
+            if !admitted {
+                return Some(format!(
+                    "rule 10b: a decision of request {q_rid} by a reviewer outside the approvers"
+                ));
+            }
+        }
+        if approving && q.approvals.contains(&actor) {
+            return Some(format!(
+                "rule 10c: a second approval of request {q_rid} by the same reviewer"
+            ));
+        }
+    }
+    if !approving {
+        return ticket.is_none().then(|| {
+            format!(
+                "rule 10d: a decision of request {q_rid} without a ticket that is not an approval"
+            )
+        });
+    }
+    let n = q.approvals.len() as u64 + 1;
+    let need = t.approvals_required;
+    match ticket {
+        Some(_) if n < need => {
+            return Some(format!(
+                "rule 10d: a ticket for request {q_rid} before its {need}th approval (this is approval {n})"
+            ));
+        }
+        None if n >= need => {
+            return Some(format!(
+                "rule 10d: a partial approval of request {q_rid} that should have issued the ticket (approval {n} of {need})"
+            ));
+        }
+        _ => {}
+    }
+    let counts = (
+        r.body.get("approvals").and_then(|v| v.as_u64()),
+        r.body.get("approvals_required").and_then(|v| v.as_u64()),
+    );
+    let expected = if need > 1 {
+        (Some(n), Some(need))
+    } else {
+        (None, None)
+    };
+    (counts != expected).then(|| {
+        format!(
+            "rule 10d: approval counts of request {q_rid} that are not the replay's ({n} of {need})"
+        )
+    })
 }

@@ -290,6 +290,8 @@ class Log:
             return {"expires_at": intr.get("expires_at", DEFAULT_DEADLINE)}
         if kind == "revocation":
             return {"reason": "no longer needed"}
+        if kind == "policy":
+            return {"policy": {}, "policy_digest": vb.policy_digest({})}
         return {"method": "PUT", "path": "/v1/threads/x", "error": "append_only"}
 
     def append(self, thread: str, kind: str | None = None, tweak=None) -> int:
@@ -298,7 +300,7 @@ class Log:
         kind = kind or KIND_CYCLE[len(mine) % len(KIND_CYCLE)]
         if kind == "interrupt":
             request_id = "req-%d" % seq
-        elif kind == "refusal":
+        elif kind in ("refusal", "policy"):
             request_id = None
         else:
             request_id = self.current.get(thread, "req-none")
@@ -341,25 +343,37 @@ class Log:
         body = "%s\n%d\n%s\n" % (self.origin, size, base64.b64encode(root).decode())
         return sign_note(body, signer), size
 
+    def _part(self, thread: str, size: int, upto=None) -> tuple[str, list[dict]]:
+        """A thread's signed head and entries in the tree of `size`: its first `upto` records."""
+        hashes = [lh(x) for x in self.leaves[:size]]
+        seqs = [s for s in self.threads.get(thread, []) if s < size][:upto]
+        head = lh(self.leaves[seqs[-1]]).hex() if seqs else "0" * 64
+        entries = [
+            {"seq": s, "leaf": base64.b64encode(self.leaves[s]).decode(), "inclusion_proof": [p.hex() for p in path(s, hashes)]}
+            for s in seqs
+        ]
+        return sign_note(thread_head_text(self.origin, thread, len(seqs), head, size)), entries
+
     def bundle(self, thread: str, size=None, upto=None) -> dict:
         """Export `thread` against the checkpoint of `size` (default: all records),
-        with its first `upto` records (default: all in the tree)."""
+        with its first `upto` records (default: all in the tree). When the tree holds policy
+        records (thread hitl-ledger/policy), the bundle carries them all as its `policy`
+        member (docs/protocol.md section 6.1), as the ledger exports."""
         cp, size = self.checkpoint(size)
-        hashes = [lh(x) for x in self.leaves[:size]]
-        seqs = [s for s in self.threads[thread] if s < size][:upto]
-        head = lh(self.leaves[seqs[-1]]).hex() if seqs else "0" * 64
-        return {
+        th, entries = self._part(thread, size, upto)
+        b = {
             "format": vb.FORMAT,
             "origin": self.origin,
             "verifier_key": KEY,
             "checkpoint": cp,
             "thread_id": thread,
-            "thread_head": sign_note(thread_head_text(self.origin, thread, len(seqs), head, size)),
-            "records": [
-                {"seq": s, "leaf": base64.b64encode(self.leaves[s]).decode(), "inclusion_proof": [p.hex() for p in path(s, hashes)]}
-                for s in seqs
-            ],
+            "thread_head": th,
+            "records": entries,
         }
+        if any(s < size for s in self.threads.get(vb.POLICY_THREAD, [])):
+            ph, pentries = self._part(vb.POLICY_THREAD, size)
+            b["policy"] = {"thread_head": ph, "records": pentries}
+        return b
 
 
 def make_log() -> Log:

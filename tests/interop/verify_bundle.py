@@ -6,9 +6,21 @@ contract (docs/protocol.md: records, chain and tree, checkpoints, approval seman
 idempotent appends, export bundle) only, so that the Rust verifier can be checked
 against code that shares none of its logic.
 
+A bundle may carry a `policy` member (section 6.1): the policy records (thread
+`hitl-ledger/policy`) its thread's records were evaluated under, with their own signed
+thread head. They are checked like the thread's records (check 11, after the thread's
+records and head); every policy record an interrupt names must be among them (check 12,
+`policy_missing`). Bundles without the member, and records without the v1 extension members
+of section 2.3, are verified exactly as before.
+
 After every structural check of a bundle passed, the approval rules are replayed over
-its records (`RuleReplay`, `first_rule_violation`); the first record (lowest seq) whose
-outcome they forbid is reported as problem `rule_violation` at that record's seq, with
+its records and its policy records merged in seq order (`RuleReplay`,
+`first_rule_violation`): the rules of sections 3 and 4 of the replay and the governance
+rules (a paused tool never granted, approvals counted by distinct allowed reviewers, no
+ticket before the N-th approval, break-glass only where allowed and only by that role, its
+post-event review), each judged under the policy record in force (section 12's validation
+and per-tool resolution: `validate_policy`, `resolve_tool`). The first record (lowest seq)
+whose outcome they forbid is reported as problem `rule_violation` at that record's seq, with
 a message naming the rule (exit status 1).
 
 Dependencies: Python 3.11, `cryptography` (Ed25519) and `rfc8785` (JCS).
@@ -43,8 +55,9 @@ bits); hex must be lowercase; duplicate keys anywhere in the bundle JSON are
 (duplicate keys, lone surrogates, numbers out of range) is `leaf_not_canonical`, while
 bad base64, bad UTF-8, JSON syntax errors (including NaN/Infinity) and non-objects
 are `leaf_encoding`. Every trusted signature line on a note must verify. The rule
-replay reads record bodies defensively and fails closed (see the comment above
-`ts_micros`).
+replay reads record bodies defensively and fails closed; where section 6.3 can be read two
+ways it takes the stricter reading (see the comment above `ts_micros`). A `policy` member
+given as null is present and not an object (`bad_input`).
 """
 
 from __future__ import annotations
@@ -84,8 +97,13 @@ KINDS = frozenset(
         "timeout",
         "revocation",
         "refusal",
+        "policy",
+        "review",
     }
 )
+# The reserved thread of the policy records (docs/protocol.md section 2.1): it holds every
+# `policy` record and nothing else.
+POLICY_THREAD = "hitl-ledger/policy"
 THREAD_HEAD_MAGIC = "hitl-ledger thread-head v1"
 
 _DECIMAL_RE = re.compile(r"0|[1-9][0-9]*")
@@ -505,7 +523,7 @@ def check_envelope(rec: dict) -> str | None:
     if not is_timestamp(rec["ts"]):
         return bad("ts", "is not an RFC 3339 UTC timestamp with 6 fractional digits")
     if not isinstance(rec["kind"], str) or rec["kind"] not in KINDS:
-        return bad("kind", "is not one of the 8 kinds")
+        return bad("kind", "is not one of the %d kinds" % len(KINDS))
     if not is_id(rec["thread_id"]):
         return bad("thread_id", "is not an id")
     for f in ("run_id", "checkpoint_id", "request_id"):
@@ -534,7 +552,12 @@ def check_envelope(rec: dict) -> str | None:
             return bad("actor", "records a tenant only for an agent, as an id other than its principal")
     elif set(actor) != {"principal", "role"}:
         return bad("actor", "must be exactly {principal, role} with a known role")
-    if rec["request_id"] is None and rec["kind"] != "refusal":
+    if rec["kind"] == "policy":
+        if rec["request_id"] is not None or rec["thread_id"] != POLICY_THREAD:
+            return bad("kind", "policy belongs to thread %s with request_id null" % ascii(POLICY_THREAD))
+    elif rec["thread_id"] == POLICY_THREAD:
+        return bad("thread_id", "%s holds only policy records, not a %s" % (ascii(POLICY_THREAD), rec["kind"]))
+    elif rec["request_id"] is None and rec["kind"] != "refusal":
         return bad("request_id", "is null on a %s" % rec["kind"])
     ns = rec["checkpoint_ns"]
     if len(ns.encode("utf-8")) > 256 or any(unicodedata.category(c) == "Cc" for c in ns):
@@ -542,7 +565,7 @@ def check_envelope(rec: dict) -> str | None:
     return check_body(rec["kind"], rec["body"])
 
 
-ROLES = ("agent", "reviewer", "auditor", "admin", "system")
+ROLES = ("agent", "reviewer", "auditor", "admin", "break_glass", "system")
 
 
 def _opt(check):
@@ -561,6 +584,11 @@ def _str_list(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
+def _count(v: object) -> bool:
+    """A positive integer (docs/protocol.md section 2.3, `approvals`)."""
+    return _is_int(v) and v >= 1
+
+
 # The body fields of each kind (docs/protocol.md, "Bodies") and the type each must have.
 BODY_FIELDS = {
     "interrupt": {
@@ -569,7 +597,9 @@ BODY_FIELDS = {
         "allowed_decisions": _str_list, "expires_at": lambda v: is_timestamp(v), "edit_of": _opt(_str),
     },
     "decision": {
-        "decision": _str, "rationale": _opt(_str), "ticket_id": _str,
+        # ticket_id is null only on a partial approval (docs/protocol.md section 2.3); the
+        # replay judges when null is allowed (rule 10d).
+        "decision": _str, "rationale": _opt(_str), "ticket_id": _opt(_str),
         "expires_at": _opt(lambda v: is_timestamp(v)), "edited_digest": _opt(_str), "superseded_by": _opt(_str),
     },
     "rejection": {"rationale": _non_empty, "ticket_id": _str},
@@ -586,29 +616,46 @@ BODY_FIELDS = {
     "timeout": {"expires_at": lambda v: is_timestamp(v)},
     "revocation": {"reason": _non_empty},
     "refusal": {"method": _str, "path": _str, "error": _str},
+    # Whether the document is a valid policy and the digest its own is rule 8 (the replay's).
+    "policy": {"policy": lambda v: isinstance(v, dict), "policy_digest": _str},
+    "review": {"reviews": is_hex64, "verdict": _str, "rationale": _non_empty},
+}
+
+# Optional body members (docs/protocol.md section 2.3, "v1 extensions"): accepted only on
+# these kinds, only with these types; records written before them lack them.
+OPTIONAL_BODY_FIELDS = {
+    "interrupt": {"policy": is_hex64},
+    "decision": {
+        "approvals": _count, "approvals_required": _count, "approved_as": _str,
+        "break_glass": lambda v: v is True, "reason": _non_empty,
+    },
 }
 
 
 def check_body(kind: str, body: dict) -> str | None:
     """None when the body has exactly its kind's fields, each of its type; else a message."""
     spec = BODY_FIELDS[kind]
+    optional = OPTIONAL_BODY_FIELDS.get(kind, {})
     for k in body:
-        if k not in spec:
+        if k not in spec and k not in optional:
             return "%s body field %r is unknown" % (kind, k)
     for k, ok in spec.items():
         if k not in body:
             return "%s body lacks %r" % (kind, k)
         if not ok(body[k]):
             return "%s body field %r has the wrong type" % (kind, k)
+    for k, ok in optional.items():
+        if k in body and not ok(body[k]):
+            return "%s body field %r has the wrong type" % (kind, k)
     return None
 
 
 # ---------------------------------------------------------------------------
-# Approval rules (docs/protocol.md: approval semantics, idempotent appends, export bundle)
+# Approval rules (docs/protocol.md section 6.3; sections 7, 8 and 12 for what they mean)
 #
-# After every structural check passed, the records are replayed in seq order and the
-# first one whose outcome the rules forbid is reported as `rule_violation`. The checks,
-# numbered as in the rule list the two implementations share:
+# After every structural check passed, the records (in a bundle: the thread's and its policy
+# records merged) are replayed in seq order and the first one whose outcome the rules forbid
+# is reported as `rule_violation`. The checks, numbered as in section 6.3:
 #
 #   1   a second interrupt of a request
 #   2   any other kind naming a request with no interrupt before it
@@ -620,10 +667,35 @@ def check_body(kind: str, body: dict) -> str | None:
 #   4c  a timeout naming another deadline
 #   5a  a revocation of an open request at or after its deadline
 #   5c  a revocation of a rejected, edited, timed out or already revoked request
+#   6f  a grant (real or observe) of a request whose tool is paused in the policy in force
 #   6a-6e  a real grant (granted true, would_deny null): ticket not issued by an approval
 #       of its request, another digest, at or after the approval's expires_at, after a
 #       revocation, a second real grant of one ticket
 #   7   a follow-up whose `follows` is not an earlier record of the same request
+#   8   a policy record whose document is not a valid policy (section 12), or whose
+#       policy_digest is not its document's; it is then not in force
+#   9   an interrupt whose `policy` member is not the id of the policy record in force
+#   10a-10d  a decision (not a break-glass one) breaking the tool's approvers and
+#       approvals_required: by the requester, by a reviewer outside the approvers, a second
+#       approval by one reviewer, a ticket before the N-th approval (or a partial approval
+#       where the ticket was due, or counts that are not the replay's)
+#   11a-11b  break-glass: not by the break_glass role (or not an approval with a ticket; or
+#       a decision by that role without the mark), or where the policy does not allow it
+#   12a-12d  a review: of a request without a break-glass use, by its user, a second one,
+#       naming another record
+#
+# The policy in force at a record is the document of the last valid policy record before it;
+# before the first one it is the empty document {} (no tool paused, no approvers, one
+# approval, no break-glass), so records from before policy records are judged as before.
+#
+# Judgement calls where section 6.3 can be read two ways (each the stricter reading):
+# rule 10d's ticket checks (a partial approval where the ticket was due, counts that are not
+# the replay's, a null ticket on a decision that is not an approval) apply to every decision
+# that is not a break-glass one, not only to governed tools, since a partial approval exists
+# only where a tool needs more than one approval (sections 2.3 and 7.5); 10a-10c apply only
+# to governed tools, as written. Rule 2 covers a review too ("any other kind"). A policy
+# document's members are never null (a null is "a value of the wrong type", as
+# schemas/policy.json says).
 #
 # Bodies are checked structurally with the envelope (check_body), so the replay sees well-
 # typed fields; it still reads them defensively and fails closed: a deadline or expiry that is not a valid timestamp is never "later" than any
@@ -631,7 +703,7 @@ def check_body(kind: str, body: dict) -> str | None:
 # depends on it is a violation); a ticket_id or action_digest that is not a string matches
 # nothing; a missing `would_deny` counts as null; a decision whose `decision` is not
 # "approve" is not an approval (its request counts as edited). Records with request_id
-# null are never violations (they can still be followed, which rule 7 then refuses).
+# null are never violations otherwise (they can still be followed, which rule 7 then refuses).
 
 
 def ts_micros(v: object) -> int | None:
@@ -648,12 +720,137 @@ def _before(a: int | None, b: int | None) -> bool:
     return a is not None and b is not None and a < b
 
 
+# ---------------------------------------------------------------------------
+# Policy documents (docs/protocol.md section 12)
+
+GROUP_PREFIX = "group:"
+MODES = ("enforce", "observe", "paused")
+# The value of each field where neither the tool's entry nor the default names it.
+POLICY_DEFAULTS = {
+    "review_window_seconds": 3600,
+    "approval_ttl_seconds": 600,
+    "mode": "enforce",
+    "redact": [],
+    "approvers": None,
+    "approvals_required": 1,
+    "break_glass": False,
+}
+
+
+def _positive_int(v: object) -> bool:
+    return _is_int(v) and v >= 1
+
+
+def is_json_pointer(p: object) -> bool:
+    """A non-empty RFC 6901 JSON Pointer: `/`-separated tokens, `~` only as `~0` or `~1`
+    (section 3; `""`, the whole args, is refused)."""
+    if not isinstance(p, str) or not p.startswith("/"):
+        return False
+    return re.fullmatch(r"(?:/(?:[^/~]|~[01])*)+", p, flags=re.DOTALL) is not None
+
+
+def is_approver_entry(a: object) -> bool:
+    """A principal (an id) or `group:<name>` (name an id)."""
+    if not isinstance(a, str):
+        return False
+    return is_id(a[len(GROUP_PREFIX):]) if a.startswith(GROUP_PREFIX) else is_id(a)
+
+
+def _check_policy_entry(where: str, entry: object) -> str | None:
+    if not isinstance(entry, dict):
+        return "%s is not an object" % where
+    for k in sorted(entry):
+        if k not in POLICY_DEFAULTS:
+            return "%s has the unknown field %s" % (where, ascii(k))
+    for k in ("review_window_seconds", "approval_ttl_seconds", "approvals_required"):
+        if k in entry and not _positive_int(entry[k]):
+            return "%s.%s is not a positive integer" % (where, k)
+    if "mode" in entry and entry["mode"] not in MODES:
+        return "%s.mode is not one of %s" % (where, ", ".join(MODES))
+    if "redact" in entry:
+        r = entry["redact"]
+        if not isinstance(r, list) or not all(is_json_pointer(p) for p in r):
+            return "%s.redact is not a list of JSON Pointers" % where
+    if "approvers" in entry:
+        a = entry["approvers"]
+        if not isinstance(a, list) or not a:
+            return "%s.approvers is not a non-empty list" % where
+        if not all(is_approver_entry(x) for x in a):
+            return "%s.approvers holds an entry that is neither a principal nor group:<name>" % where
+        if len(set(a)) != len(a):
+            return "%s.approvers names an entry twice" % where
+    if "break_glass" in entry and not isinstance(entry["break_glass"], bool):
+        return "%s.break_glass is not a boolean" % where
+    return None
+
+
+def resolve_tool(document: dict, tool: object) -> dict:
+    """The policy of `tool` under `document`: its entry over the default, field by field,
+    except `redact`, which adds to the default's; each field the defaults where neither
+    names it. The document must be valid (validate_policy)."""
+    out = dict(POLICY_DEFAULTS)
+    default = document.get("default", {})
+    out.update(default)
+    entry = document.get("tools", {}).get(tool) if isinstance(tool, str) else None
+    if entry is not None:
+        redact = list(out["redact"])
+        out.update(entry)
+        out["redact"] = redact + [p for p in entry.get("redact", []) if p not in redact]
+    return out
+
+
+def validate_policy(document: object) -> str | None:
+    """None when `document` is a valid policy document (section 12); else why not."""
+    if not isinstance(document, dict):
+        return "the policy is not an object"
+    for k in sorted(document):
+        if k not in ("default", "tools"):
+            return "the policy has the unknown field %s" % ascii(k)
+    msg = _check_policy_entry("default", document.get("default", {}))
+    if msg:
+        return msg
+    tools = document.get("tools", {})
+    if not isinstance(tools, dict):
+        return "tools is not an object"
+    for name in sorted(tools):
+        if not is_id(name):
+            return "the tool name %s is not an id" % ascii(name)
+        msg = _check_policy_entry("tools.%s" % name, tools[name])
+        if msg:
+            return msg
+    # every resolved tool, and the default, must be satisfiable where only principals are named
+    for where, tool in [("default", None)] + [("tools.%s" % t, t) for t in sorted(tools)]:
+        p = resolve_tool(document, tool)
+        a = p["approvers"]
+        if a is not None and not any(x.startswith(GROUP_PREFIX) for x in a) and p["approvals_required"] > len(a):
+            return "%s needs %d approvals from %d approvers" % (where, p["approvals_required"], len(a))
+    return None
+
+
+def policy_digest(document: dict) -> str:
+    """`sha256:` and the hex SHA-256 of JCS(document)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# The replay
+
+
 @dataclass
 class _RequestState:
     deadline: int | None  # the interrupt's expires_at
     action_digest: object  # the interrupt's action_digest
+    tool: object  # the interrupt's tool
+    opener: str  # the principal that opened it (an edit's new request: the original's)
     state: str = "open"  # open, approved, edited, rejected, timed_out, revoked (while open)
     revoked: bool = False
+    approvals: list = None  # principals of its counted partial approvals
+    break_glass: tuple | None = None  # (leaf hash hex, principal) of its break-glass decision
+    reviewed: bool = False
+
+    def __post_init__(self):
+        if self.approvals is None:
+            self.approvals = []
 
 
 @dataclass
@@ -677,27 +874,35 @@ class RuleReplay:
         self.requests: dict[str, _RequestState] = {}
         self.tickets: dict[str, _TicketState] = {}
         self.leaf_requests: dict[str, str | None] = {}  # leaf hash hex -> request_id
+        # the policy in force: (its record's leaf hash hex, its document); None before the first
+        self.policy: tuple[str, dict] | None = None
 
     def step(self, rec: dict, leaf_hash_hex: str) -> str | None:
         try:
-            return self._check(rec)
+            return self._check(rec, leaf_hash_hex)
         finally:
             self.leaf_requests.setdefault(leaf_hash_hex, rec["request_id"])
 
-    def _check(self, rec: dict) -> str | None:
+    def tool_policy(self, tool: object) -> dict:
+        """The resolved policy of `tool` under the policy in force."""
+        return resolve_tool(self.policy[1] if self.policy else {}, tool)
+
+    def _check(self, rec: dict, lh_hex: str) -> str | None:
+        kind = rec["kind"]
+        body = rec["body"]
+        if kind == "policy":
+            return self._policy(rec, lh_hex)
         rid = rec["request_id"]
         if rid is None:
             return None
-        kind = rec["kind"]
-        body = rec["body"]
         ts = ts_micros(rec["ts"])
         if kind == "interrupt":
-            return self._interrupt(rid, body)
+            return self._interrupt(rid, rec)
         req = self.requests.get(rid)
         if req is None:
             return "rule 2: a %s record names request %s, which has no interrupt before it" % (kind, ascii(rid))
         if kind in ("decision", "rejection"):
-            return self._closing(rid, req, kind, body, ts)
+            return self._closing(rid, req, rec, ts, lh_hex)
         if kind == "timeout":
             return self._timeout(rid, req, body, ts)
         if kind == "revocation":
@@ -706,12 +911,33 @@ class RuleReplay:
             return self._authorization(rid, req, body, ts)
         if kind == "follow_up":
             return self._follow_up(rid, body)
+        if kind == "review":
+            return self._review(rid, req, rec)
         return None  # a refusal naming a request that has an interrupt
 
-    def _interrupt(self, rid: str, body: dict) -> str | None:
+    def _policy(self, rec: dict, lh_hex: str) -> str | None:
+        document = rec["body"].get("policy")
+        why = validate_policy(document)
+        if why is None and rec["body"].get("policy_digest") != policy_digest(document):
+            why = "policy_digest is not the digest of its document"
+        if why is not None:
+            return "rule 8: an invalid policy record (seq %d): %s" % (rec["seq"], why)
+        self.policy = (lh_hex, document)
+        return None
+
+    def _interrupt(self, rid: str, rec: dict) -> str | None:
+        body = rec["body"]
         if rid in self.requests:
             return "rule 1: a second interrupt of request %s" % ascii(rid)
-        self.requests[rid] = _RequestState(ts_micros(body.get("expires_at")), body.get("action_digest"))
+        if "policy" in body:
+            in_force = self.policy[0] if self.policy else None
+            if body["policy"] != in_force:
+                return "rule 9: an interrupt naming a policy record that is not in force (%s names %s, in force: %s)" % (
+                    ascii(rid), body["policy"], in_force or "none")
+        original = self.requests.get(body.get("edit_of")) if isinstance(body.get("edit_of"), str) else None
+        opener = original.opener if original is not None else rec["actor"]["principal"]
+        self.requests[rid] = _RequestState(ts_micros(body.get("expires_at")), body.get("action_digest"),
+                                           body.get("tool"), opener)
         return None
 
     @staticmethod
@@ -719,11 +945,19 @@ class RuleReplay:
         state = "revoked" if req.state == "revoked" else req.state.replace("_", " ")
         return "a second closing record (request %s is already %s)" % (ascii(rid), state)
 
-    def _closing(self, rid: str, req: _RequestState, kind: str, body: dict, ts: int | None) -> str | None:
+    def _closing(self, rid: str, req: _RequestState, rec: dict, ts: int | None, lh_hex: str) -> str | None:
+        kind, body = rec["kind"], rec["body"]
         if req.state != "open":
             return "rule 3a: " + self._closed(rid, req)
         if not _before(ts, req.deadline):
             return "rule 3b: a closing record at or after the review deadline of request %s" % ascii(rid)
+        if kind == "decision":
+            msg = self._governed_decision(rid, req, rec)
+            if msg is not None:
+                return msg
+            if body.get("ticket_id") is None:  # a partial approval: counted, closes nothing
+                req.approvals.append(rec["actor"]["principal"])
+                return None
         if kind == "rejection":
             issued_by, state = "reject", "rejected"
         elif body.get("decision") == "approve":
@@ -737,6 +971,51 @@ class RuleReplay:
         if isinstance(ticket, str):
             expires = ts_micros(body.get("expires_at")) if issued_by == "approve" else None
             self.tickets[ticket] = _TicketState(rid, issued_by, expires)
+        if body.get("break_glass") is True:
+            req.break_glass = (lh_hex, rec["actor"]["principal"])
+        return None
+
+    def _governed_decision(self, rid: str, req: _RequestState, rec: dict) -> str | None:
+        """Rules 10 and 11 for a decision of request `rid`: the first failing is the violation."""
+        body, actor = rec["body"], rec["actor"]
+        t = self.tool_policy(req.tool)
+        q = ascii(rid)
+        if body.get("break_glass") is True:
+            if actor["role"] != "break_glass" or body.get("decision") != "approve" or body.get("ticket_id") is None:
+                return "rule 11a: a break-glass decision not by the break_glass role, or not an approval with a ticket (%s)" % q
+            if t["break_glass"] is not True:
+                return "rule 11b: break-glass where the policy does not allow it (%s)" % q
+            return None
+        principal = actor["principal"]
+        approving = body.get("decision") == "approve"
+        ticket = body.get("ticket_id")
+        approvers = t["approvers"]
+        need = t["approvals_required"]
+        if approvers is not None or need > 1:  # a governed tool
+            if principal == req.opener:
+                return "rule 10a: an approval by the requester (%s)" % q
+            if approvers is not None:
+                a = body.get("approved_as")
+                if not isinstance(a, str) or a not in approvers or (
+                        not a.startswith(GROUP_PREFIX) and a != principal):
+                    return "rule 10b: a decision by a reviewer outside the approvers (%s)" % q
+            if approving and principal in req.approvals:
+                return "rule 10c: a second approval by the same reviewer (%s)" % q
+        if ticket is None and not approving:
+            return "rule 10d: a decision without a ticket that is not an approval (%s)" % q
+        if approving:
+            n = len(req.approvals) + 1
+            if ticket is not None and n < need:
+                return "rule 10d: a ticket before the N-th approval (%s: approval %d of %d)" % (q, n, need)
+            if ticket is None and n >= need:
+                return "rule 10d: a partial approval that should have issued the ticket (%s: approval %d of %d)" % (
+                    q, n, need)
+            counts = (body.get("approvals"), body.get("approvals_required"))
+            # where N = 1 both are absent (the envelope allows no null for them)
+            if counts != ((n, need) if need > 1 else (None, None)):
+                return "rule 10d: approval counts that are not the replay's (%s: %d of %d)" % (q, n, need)
+        if actor["role"] == "break_glass":
+            return "rule 11a: a decision by the break_glass role without break_glass: true (%s)" % q
         return None
 
     def _timeout(self, rid: str, req: _RequestState, body: dict, ts: int | None) -> str | None:
@@ -764,6 +1043,8 @@ class RuleReplay:
         return "rule 5c: a revocation of a request that is %s (%s)" % (state, ascii(rid))
 
     def _authorization(self, rid: str, req: _RequestState, body: dict, ts: int | None) -> str | None:
+        if body.get("granted") is True and self.tool_policy(req.tool)["mode"] == "paused":
+            return "rule 6f: a grant of a paused tool (%s, tool %s)" % (ascii(rid), ascii(req.tool))
         if body.get("granted") is not True or body.get("would_deny") is not None:
             return None  # a denial, or an observe-mode would-deny: never a violation
         ticket = body.get("ticket_id")
@@ -786,6 +1067,19 @@ class RuleReplay:
         follows = body.get("follows")
         if not isinstance(follows, str) or follows not in self.leaf_requests or self.leaf_requests[follows] != rid:
             return "rule 7: a follow-up that follows a record of another request (%s)" % ascii(rid)
+        return None
+
+    def _review(self, rid: str, req: _RequestState, rec: dict) -> str | None:
+        q = ascii(rid)
+        if req.break_glass is None:
+            return "rule 12a: a review of a request with no break-glass use (%s)" % q
+        if rec["actor"]["principal"] == req.break_glass[1]:
+            return "rule 12b: a review by the break-glass user (%s)" % q
+        if req.reviewed:
+            return "rule 12c: a second review (%s)" % q
+        if rec["body"].get("reviews") != req.break_glass[0]:
+            return "rule 12d: a review of another record than the break-glass decision (%s)" % q
+        req.reviewed = True
         return None
 
 
@@ -864,17 +1158,40 @@ def parse_bundle(data: bytes) -> dict:
             raise Problem("bad_input", "bundle field %r is missing or not a string" % f)
     if not isinstance(doc.get("records"), list):
         raise Problem("bad_input", "bundle field 'records' is missing or not a list")
-    for i, e in enumerate(doc["records"]):
+    _check_entries(doc["records"], "records")
+    # The structure of `policy` is check 11 (docs/protocol.md section 6.2), after the
+    # thread's records: see _check_policy_structure.
+    return doc
+
+
+def _check_entries(entries: list, what: str) -> None:
+    """Each entry of a record list is an object with `seq`, `leaf`, `inclusion_proof`."""
+    for i, e in enumerate(entries):
         if not isinstance(e, dict):
-            raise Problem("bad_input", "records[%d] is not an object" % i)
+            raise Problem("bad_input", "%s[%d] is not an object" % (what, i))
         if not _is_int(e.get("seq")) or not (0 <= e["seq"] <= MAX_U64):
-            raise Problem("bad_input", "records[%d].seq is missing or not a non-negative integer" % i)
+            raise Problem("bad_input", "%s[%d].seq is missing or not a non-negative integer" % (what, i))
         if not isinstance(e.get("leaf"), str):
-            raise Problem("bad_input", "records[%d].leaf is missing or not a string" % i)
+            raise Problem("bad_input", "%s[%d].leaf is missing or not a string" % (what, i))
         proof = e.get("inclusion_proof")
         if not isinstance(proof, list) or not all(isinstance(p, str) for p in proof):
-            raise Problem("bad_input", "records[%d].inclusion_proof is missing or not a list of strings" % i)
-    return doc
+            raise Problem("bad_input", "%s[%d].inclusion_proof is missing or not a list of strings" % (what, i))
+
+
+def _check_policy_structure(doc: dict) -> dict | None:
+    """Check 11's structure: `policy`, when present (even as null), is an object with a string
+    `thread_head` and a `records` list of entries. Returns it, or None when absent."""
+    if "policy" not in doc:
+        return None
+    part = doc["policy"]
+    if not isinstance(part, dict):
+        raise Problem("bad_input", "bundle field 'policy' is not an object")
+    if not isinstance(part.get("thread_head"), str):
+        raise Problem("bad_input", "policy.thread_head is missing or not a string")
+    if not isinstance(part.get("records"), list):
+        raise Problem("bad_input", "policy.records is missing or not a list")
+    _check_entries(part["records"], "policy.records")
+    return part
 
 
 def _summary(entries: list) -> dict:
@@ -923,19 +1240,49 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
     except ValueError as e:
         raise Problem("checkpoint_body", "checkpoint body: %s" % e) from None
 
+    th = _open_thread_head(doc["thread_head"], key)
+    replayed = _check_chain(doc["records"], thread_id, th, origin, cp)
+
+    # 11: the policy records the thread was evaluated under, chained and headed like a thread
+    part = _check_policy_structure(doc)
+    policies: list[tuple[dict, str]] = []
+    if part is not None:
+        ph = _open_thread_head(part["thread_head"], key)
+        policies = _check_chain(part["records"], POLICY_THREAD, ph, origin, cp)
+
+    # 12: every policy record an interrupt names is carried
+    carried = {lh_hex for _, lh_hex in policies}
+    for rec, _ in replayed:
+        if rec["kind"] == "interrupt" and "policy" in rec["body"] and rec["body"]["policy"] not in carried:
+            raise Problem("policy_missing", "the interrupt names the policy record %s, which the bundle does not carry"
+                          % rec["body"]["policy"], rec["seq"])
+
+    # 13: every structural check passed: replay the approval rules over both lists, in seq order
+    merged = sorted(replayed + policies, key=lambda x: x[0]["seq"])
+    violation = first_rule_violation(merged)
+    if violation is not None:
+        raise Problem("rule_violation", violation[1], violation[0])
+
+
+def _open_thread_head(note: str, key: VerifierKey) -> ThreadHead:
+    """Checks 7 and 8: a thread-head note opened with the trusted key, and its body."""
     try:
-        th_text, _ = open_signed_note(doc["thread_head"], [key])
+        th_text, _ = open_signed_note(note, [key])
     except NoteError as e:
         raise Problem("thread_head_signature", "thread head: %s (%s)" % (e, e.reason)) from None
     try:
-        th = parse_thread_head_body(th_text)
+        return parse_thread_head_body(th_text)
     except ValueError as e:
         raise Problem("thread_head_body", "thread head body: %s" % e) from None
 
-    entries = doc["records"]
+
+def _check_chain(entries: list, thread_id: str, th: ThreadHead, origin: str, cp: Checkpoint) -> list[tuple[dict, str]]:
+    """Checks 9 and 10 for one thread's entries: each leaf, its seq, order, origin, thread,
+    inclusion proof and the thread chain, then the thread head against them. Returns the
+    records with their leaf hashes (hex)."""
     prev_seq = None
     prev_hash_hex = ZERO_HASH_HEX
-    replayed: list[tuple[dict, str]] = []
+    out: list[tuple[dict, str]] = []
     for i, entry in enumerate(entries):
         seq = entry["seq"]
         try:
@@ -958,7 +1305,7 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
         if rec["origin"] != origin:
             raise Problem("record_origin", "record origin is not the bundle's origin", seq)
         if rec["thread_id"] != thread_id:
-            raise Problem("record_thread", "record thread_id is not the bundle's thread_id", seq)
+            raise Problem("record_thread", "record thread_id is not %s" % ascii(thread_id), seq)
         lh = leaf_hash(leaf)
         proof_hex = entry["inclusion_proof"]
         if not all(is_hex64(p) for p in proof_hex):
@@ -974,23 +1321,19 @@ def _check_bundle(doc: dict, key: VerifierKey, key_str: str) -> None:
             raise Problem("thread_prev", "thread_prev is not the previous record's leaf hash", seq)
         prev_seq = seq
         prev_hash_hex = lh.hex()
-        replayed.append((rec, prev_hash_hex))
+        out.append((rec, prev_hash_hex))
 
     if th.origin != origin:
         raise Problem("thread_head_mismatch", "thread head origin is not the bundle's origin")
     if th.thread != thread_id:
-        raise Problem("thread_head_mismatch", "thread head thread is not the bundle's thread_id")
+        raise Problem("thread_head_mismatch", "thread head thread is not %s" % ascii(thread_id))
     if th.tree != cp.size:
         raise Problem("thread_head_mismatch", "thread head tree %d is not the checkpoint size %d" % (th.tree, cp.size))
     if th.size != len(entries):
-        raise Problem("thread_head_mismatch", "thread head size %d but the bundle has %d records" % (th.size, len(entries)))
+        raise Problem("thread_head_mismatch", "thread head size %d but the list has %d records" % (th.size, len(entries)))
     if th.head != prev_hash_hex:
         raise Problem("thread_head_mismatch", "thread head is not the last record's leaf hash")
-
-    # Every structural check passed: replay the approval rules.
-    violation = first_rule_violation(replayed)
-    if violation is not None:
-        raise Problem("rule_violation", violation[1], violation[0])
+    return out
 
 
 def _result(summary: dict, problem: Problem | None) -> dict:
