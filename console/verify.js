@@ -1111,7 +1111,7 @@ export async function verifyBundle(bytes, keyText) {
     // The policy member's structure is part of check 2 (bad_input before anything else).
     let policyEntries = null;
     if (b.policy !== undefined) {
-      const bad = (m) => new Problem('bad_input', m);
+      const bad = (m) => new Problem('bad_input', m, null, 'policy');
       const pd = b.policy;
       if (!isObject(pd)) throw bad('the bundle\'s "policy" is not an object');
       if (!has(pd, 'thread_head') || typeof pd.thread_head !== 'string') throw bad('the bundle\'s policy.thread_head is missing or not a string');

@@ -72,8 +72,7 @@ pub struct Identity {
     pub signer: NoteSigner,
     /// The redaction secret.
     pub key: RedactionKey,
-    /// The policy of the data directory's file: recorded by `init` as the first policy record,
-    /// and in force only while the log holds none (a ledger from before policy records).
+    /// The policy in force.
     pub policy: Policy,
     /// The clock, where the engine has none of its own.
     pub clock: Arc<dyn Clock>,
