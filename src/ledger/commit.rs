@@ -269,7 +269,17 @@ mod tests {
         let clock = ManualClock::new(Timestamp::parse("2026-01-01T00:00:00.000000Z").unwrap());
         let id = Identity::generate("example.com/c", Policy::default(), Arc::new(clock)).unwrap();
         let ledger = Ledger::on_engine(Box::new(MemoryEngine::new()), id).unwrap();
+        // The ledger as `init` leaves it: the policy recorded (an empty batch writes it), so
+        // each test's operations are the only records it writes.
+        for r in ledger.execute(Vec::new()) {
+            r.unwrap();
+        }
+        assert_eq!(ledger.head().unwrap().size, 1, "the policy record");
         Committer::start(Arc::new(ledger), config)
+    }
+
+    fn size(c: &Committer) -> u64 {
+        c.ledger().head().unwrap().size
     }
 
     fn committer() -> Committer {
@@ -283,16 +293,17 @@ mod tests {
             max_batch_delay: std::time::Duration::from_millis(5),
             ..CommitConfig::default()
         });
+        let before = size(&c);
         let mut job = Some((interrupt("r-1"), Actor::system()));
         assert!(
             c.try_inline(&mut job).is_none(),
             "committed alone despite a delay"
         );
         assert!(job.is_some());
-        assert_eq!(c.ledger().head().unwrap().size, 0);
+        assert_eq!(size(&c), before, "nothing was written");
         let (op, actor) = job.unwrap();
         assert!(c.run(op, actor).is_ok(), "the queue still commits it");
-        assert_eq!(c.ledger().head().unwrap().size, 1);
+        assert_eq!(size(&c), before + 1);
     }
 
     /// An idle writer lets the caller commit; a batch executing or a job queued sends the
@@ -302,11 +313,13 @@ mod tests {
     fn inline_only_when_nothing_executes_or_waits() {
         let c = committer();
         let job = |rid: &str| Some((interrupt(rid), Actor::system()));
+        let before = size(&c);
         let mut first = job("r-1");
         let done = c.try_inline(&mut first);
         assert!(matches!(done, Some(Ok(_))), "an idle writer commits inline");
         assert!(first.is_none(), "the committed operation is taken");
-        assert_eq!(c.ledger().head().unwrap().size, 1);
+        let written = before + 1;
+        assert_eq!(size(&c), written);
 
         assert!(c.idle());
         let executing = c.shared.executing.lock().unwrap();
@@ -318,7 +331,7 @@ mod tests {
         );
         assert_eq!(second, job("r-2"), "the operation stays untouched");
         drop(executing);
-        assert_eq!(c.ledger().head().unwrap().size, 1, "nothing was written");
+        assert_eq!(size(&c), written, "nothing was written");
 
         let queued = &c.shared.queued;
         queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -328,7 +341,8 @@ mod tests {
             "committed inline past a queued job"
         );
         queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        assert_eq!(c.ledger().head().unwrap().size, 1);
+        assert_eq!(size(&c), written, "nothing was written");
         assert!(matches!(c.try_inline(&mut third), Some(Ok(_))));
+        assert_eq!(size(&c), written + 1);
     }
 }

@@ -97,6 +97,13 @@ impl Batch<'_, '_, '_> {
         req: &DecisionRequest,
     ) -> Result<Appended> {
         let (stored, _) = self.stored(seq)?;
+        if stored.body.get("break_glass") == Some(&Value::Bool(true)) {
+            // Closed by break-glass: a reviewer's decision is not that append sent again.
+            return Err(conflict(format!(
+                "request {q_rid} was already decided by break-glass (seq {seq})",
+                q_rid = crate::codec::quoted(rid)
+            )));
+        }
         let stored_value = if stored.kind == Kind::Rejection {
             "reject"
         } else {

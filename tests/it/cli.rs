@@ -296,45 +296,51 @@ fn regression_init_on_a_database_holding_a_ledger_leaves_nothing_and_can_be_retr
     assert!(!third.exists());
 }
 
-/// A failure after `init` created the tables (here the size-0 checkpoint's insert fails: an
-/// event trigger adds a failing trigger to `hitl_checkpoints` as it is created) drops them
-/// and leaves no file; once the cause is gone, the same command succeeds.
+/// A failure after `init` created the tables (the size-0 checkpoint's insert fails, or the
+/// first record's, the policy: an event trigger adds a failing trigger to `hitl_checkpoints` or
+/// `hitl_records` as it is created) drops them and leaves no file; once the cause is gone, the
+/// same command succeeds.
 #[test]
 fn regression_init_that_fails_after_creating_the_tables_drops_them_and_its_files() {
     let (server, _cluster) = crate::engine::some_pg_server();
-    let url = crate::engine::fresh_database(&server);
-    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    c.batch_execute(
-        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-           RAISE EXCEPTION 'the test refuses this checkpoint'; END $$; \
-         CREATE FUNCTION test_sabotage() RETURNS event_trigger LANGUAGE plpgsql AS $$ \
-         DECLARE r record; BEGIN \
-           FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP \
-             IF r.object_identity LIKE '%hitl_checkpoints' THEN \
-               EXECUTE 'CREATE TRIGGER test_refuse BEFORE INSERT ON ' || r.object_identity \
-                 || ' FOR EACH ROW EXECUTE FUNCTION test_refuse()'; \
-             END IF; \
-           END LOOP; END $$; \
-         CREATE EVENT TRIGGER test_sabotage ON ddl_command_end WHEN TAG IN ('CREATE TABLE') \
-           EXECUTE FUNCTION test_sabotage()",
-    )
-    .unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("a/b/ledger");
-    let (code, _, err) = init_on(&dir, &url);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("the test refuses this checkpoint"), "{err}");
-    assert!(
-        names_in(root.path()).is_empty(),
-        "no file, no folder left: {:?}",
-        names_in(root.path())
-    );
-    assert_eq!(hitl_objects(&url), Vec::<String>::new(), "no table left");
-    c.batch_execute("DROP EVENT TRIGGER test_sabotage").unwrap();
-    let (code, _, err) = init_on(&dir, &url);
-    assert_eq!(code, 0, "{err}");
-    let (code, _, err) = run(&dir, &["verify"]);
-    assert_eq!(code, 0, "{err}");
+    for table in ["hitl_checkpoints", "hitl_records"] {
+        let url = crate::engine::fresh_database(&server);
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.batch_execute(&format!(
+            "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               RAISE EXCEPTION 'the test refuses this row of {table}'; END $$; \
+             CREATE FUNCTION test_sabotage() RETURNS event_trigger LANGUAGE plpgsql AS $$ \
+             DECLARE r record; BEGIN \
+               FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP \
+                 IF r.object_identity LIKE '%{table}' THEN \
+                   EXECUTE 'CREATE TRIGGER test_refuse BEFORE INSERT ON ' || r.object_identity \
+                     || ' FOR EACH ROW EXECUTE FUNCTION test_refuse()'; \
+                 END IF; \
+               END LOOP; END $$; \
+             CREATE EVENT TRIGGER test_sabotage ON ddl_command_end WHEN TAG IN ('CREATE TABLE') \
+               EXECUTE FUNCTION test_sabotage()",
+        ))
+        .unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b/ledger");
+        let (code, _, err) = init_on(&dir, &url);
+        assert_eq!(code, 2, "{table}: {err}");
+        assert!(
+            err.contains(&format!("the test refuses this row of {table}")),
+            "{table}: {err}"
+        );
+        assert!(
+            names_in(root.path()).is_empty(),
+            "{table}: no file, no folder left: {:?}",
+            names_in(root.path())
+        );
+        assert_eq!(hitl_objects(&url), Vec::<String>::new(), "{table}: no table left");
+        c.batch_execute("DROP EVENT TRIGGER test_sabotage").unwrap();
+        let (code, _, err) = init_on(&dir, &url);
+        assert_eq!(code, 0, "{table}: {err}");
+        let (code, out, err) = run(&dir, &["verify"]);
+        assert_eq!(code, 0, "{table}: {out} {err}");
+    }
 }
 
 /// A role that may not create tables (PostgreSQL 15 grants no `CREATE` on `public`): the

@@ -284,18 +284,23 @@ fn append(s: &TestServer, rid: &str, thread: &str) -> u64 {
 #[test]
 fn every_record_once_in_order_and_resumption_has_no_gap_or_duplicate() {
     let s = TestServer::start();
-    for i in 0..30 {
-        append(&s, &format!("r-{i}"), "t-order");
-    }
+    let seqs: Vec<u64> = (0..30)
+        .map(|i| append(&s, &format!("r-{i}"), "t-order"))
+        .collect();
+    // After init's policy record (seq 0), the appends are seqs 1 to 30.
+    assert_eq!(seqs, (1..31).collect::<Vec<_>>());
     let mut all = stream(s.addr, s.t("reviewer"), "", None);
-    let got = all.records(30);
+    let got = all.records(31);
     assert_eq!(
         got.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        (0..30).collect::<Vec<_>>()
+        (0..31).collect::<Vec<_>>()
     );
+    // An unscoped stream starts with the ledger's first record, the policy.
+    assert_eq!(got[0].1["record"]["kind"], "policy");
+    assert_eq!(got[0].1["record"]["thread_id"], "hitl-ledger/policy");
     // The record is the stored one, byte for byte (the request's record list shows it).
     let stored = get(s.addr, "/v1/requests/r-7", s.t("reviewer")).json();
-    assert_eq!(got[7].1["record"], stored["records"][0]);
+    assert_eq!(got[seqs[7] as usize].1["record"], stored["records"][0]);
     // Live: a record committed while connected arrives.
     let seq = append(&s, "r-live", "t-order");
     let (id, v) = all.records(1).remove(0);
@@ -312,9 +317,12 @@ fn every_record_once_in_order_and_resumption_has_no_gap_or_duplicate() {
         ("?after=0", None, 1),
     ] {
         let mut r = stream(s.addr, s.t("auditor"), query, last);
-        let got = r.records(30 - first as usize + 1);
-        assert_eq!(got[0].0, first, "{query} {last:?}");
-        assert_eq!(got.last().unwrap().0, 30, "{query} {last:?}");
+        let got = r.records((seq - first) as usize + 1);
+        assert_eq!(
+            got.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            (first..=seq).collect::<Vec<_>>(),
+            "{query} {last:?}"
+        );
     }
     // Positions that are not a seq are refused before any stream byte.
     for (query, last) in [
@@ -423,8 +431,9 @@ fn an_agent_sees_only_the_requests_of_its_tenant() {
         .status,
         405
     );
+    // Eleven records, after init's policy record.
     let total = s.size();
-    assert_eq!(total, 11);
+    assert_eq!(total, 12);
 
     let kinds = |evs: &[(u64, Value)]| -> Vec<(String, String)> {
         evs.iter()
@@ -496,10 +505,18 @@ fn an_idle_stream_sends_heartbeats_and_ends_when_the_server_stops() {
     });
     let mut idle = stream(s.addr, s.t("reviewer"), "", None);
     idle.set_timeout(Duration::from_secs(5));
+    // The ledger's only record, init's policy, then nothing more: heartbeats.
+    let first = idle.item();
+    let Some(Item::Event { id, data, .. }) = &first else {
+        panic!("not the policy record: {first:?}");
+    };
+    assert_eq!(id.as_deref(), Some("0"));
+    let v: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["record"]["kind"], "policy");
     assert_eq!(idle.item(), Some(Item::Comment("heartbeat".into())));
     assert_eq!(idle.item(), Some(Item::Comment("heartbeat".into())));
-    append(&s, "r-1", "t");
-    assert_eq!(idle.record().unwrap().0, 0);
+    let seq = append(&s, "r-1", "t");
+    assert_eq!(idle.record().unwrap().0, seq);
     // A stream never finishes by itself; stopping the server ends it, so the graceful
     // shutdown completes.
     let (done, stopped) = std::sync::mpsc::channel();
@@ -532,16 +549,24 @@ fn a_slow_consumer_never_blocks_the_writer() {
     };
     // About 30 MB of events, far beyond the socket buffers and the stream's channel.
     let n = 3_000;
+    let mut last = 0;
     for i in 0..n {
         let r = post(s.addr, "/v1/interrupts", s.t("agent"), &big(i));
         assert_eq!(r.status, 201, "append {i} while a consumer reads nothing");
+        last = r.json()["seq"].as_u64().unwrap();
     }
-    let got = stuck.records(n);
-    assert_eq!(got.last().unwrap().0, n as u64 - 1);
+    // Init's policy record (seq 0), then the n interrupts.
+    assert_eq!(last, n as u64);
+    let got = stuck.records(n + 1);
+    assert_eq!(
+        got.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        (0..=last).collect::<Vec<_>>()
+    );
 }
 
 /// The stream test: 10,000 records appended while three consumers read, one of them
-/// reconnecting every 500 events; each sees every event once, in order.
+/// reconnecting every 500 events; each sees every event once, in order (init's policy record,
+/// seq 0, then the 10,000).
 #[test]
 fn ten_thousand_records_three_consumers_one_reconnecting() {
     const N: u64 = 10_000;
@@ -560,7 +585,7 @@ fn ten_thousand_records_three_consumers_one_reconnecting() {
                 let mut seen = Vec::with_capacity(N as usize);
                 let mut sse = stream(addr, &token, "", None);
                 let mut since_connect = 0;
-                while (seen.len() as u64) < N {
+                while (seen.len() as u64) < N + 1 {
                     let (id, v) = sse.record().expect("the stream ended");
                     check_event(id, &v);
                     seen.push(id);
@@ -596,7 +621,7 @@ fn ten_thousand_records_three_consumers_one_reconnecting() {
     }
     for (c, h) in consumers.into_iter().enumerate() {
         let seen = h.join().unwrap();
-        assert_eq!(seen, (0..N).collect::<Vec<_>>(), "consumer {c}");
+        assert_eq!(seen, (0..=N).collect::<Vec<_>>(), "consumer {c}");
     }
 }
 
@@ -606,6 +631,7 @@ fn resumption_survives_a_restart_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = init_with_tokens(dir.path());
     let (mut child, addr) = serve_binary(dir.path(), &[], std::process::Stdio::null());
+    let mut seqs = Vec::new();
     for i in 0..5 {
         let r = post(
             addr,
@@ -614,10 +640,12 @@ fn resumption_survives_a_restart_of_the_server() {
             &body(&format!("r-{i}"), "t"),
         );
         assert_eq!(r.status, 201);
+        seqs.push(r.json()["seq"].as_u64().unwrap());
     }
+    // The agent's stream holds its requests' records only (not init's policy record, seq 0).
     let mut sse = stream(addr, &tokens["agent"], "", None);
     let first: Vec<u64> = sse.records(3).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(first, vec![0, 1, 2]);
+    assert_eq!(first, seqs[..3]);
     // SIGTERM: the server ends its streams, finishes and exits.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -638,10 +666,13 @@ fn resumption_survives_a_restart_of_the_server() {
             &body(&format!("r-{i}"), "t"),
         );
         assert_eq!(r.status, 201);
+        seqs.push(r.json()["seq"].as_u64().unwrap());
     }
-    let mut sse = stream(addr, &tokens["agent"], "", Some("2"));
+    assert_eq!(seqs, (1..9).collect::<Vec<_>>());
+    let resume = first.last().unwrap().to_string();
+    let mut sse = stream(addr, &tokens["agent"], "", Some(&resume));
     let rest: Vec<u64> = sse.records(5).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(rest, vec![3, 4, 5, 6, 7]);
+    assert_eq!(rest, seqs[3..]);
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -678,8 +709,10 @@ fn regression_a_removed_token_ends_its_open_stream() {
     let path = s.dir.path().join("tokens.json");
     let token = added_token(&s, "leaving-reviewer", Role::Reviewer);
     let mut sse = stream(s.addr, &token, "", None);
-    append(&s, "before", "t-leave");
-    assert_eq!(sse.records(1)[0].0, 0);
+    let before = append(&s, "before", "t-leave");
+    // Init's policy record (seq 0), then the one appended.
+    let got: Vec<u64> = sse.records(2).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(got, vec![0, before]);
 
     let without = crate::server::tokens_without(&path, "leaving-reviewer");
     crate::server::replace_tokens_file(&path, &without.to_string());
@@ -698,7 +731,8 @@ fn regression_a_removed_token_ends_its_open_stream() {
     );
     // Other streams go on.
     let mut other = stream(s.addr, s.t("auditor"), "", None);
-    assert_eq!(other.records(2).last().unwrap().0, after);
+    let got: Vec<u64> = other.records(3).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(got, vec![0, before, after]);
 }
 
 /// A change of the token's entry (here its role) also ends the stream opened with it: the
@@ -812,7 +846,8 @@ fn regression_a_reader_that_reads_nothing_is_dropped_and_resumes_without_loss() 
         b["action"]["args"]["note"] = json!("y".repeat(60_000));
         b
     };
-    // About 18 MB: far more than the stream's buffer and the sockets' buffers.
+    // About 18 MB: far more than the stream's buffer and the sockets' buffers. The stream
+    // holds init's policy record (seq 0), then the n interrupts: n + 1 records.
     let n = 300;
     let mut most = 0;
     for i in 0..n {
@@ -836,12 +871,12 @@ fn regression_a_reader_that_reads_nothing_is_dropped_and_resumes_without_loss() 
     let last = first.last().map(|l| l.to_string());
     let mut resumed = stream(s.addr, s.t("reviewer"), "", last.as_deref());
     let rest: Vec<u64> = resumed
-        .records(n - first.len())
+        .records(n + 1 - first.len())
         .into_iter()
         .map(|(id, _)| id)
         .collect();
     let all: Vec<u64> = first.into_iter().chain(rest).collect();
-    assert_eq!(all, (0..n as u64).collect::<Vec<_>>());
+    assert_eq!(all, (0..=n as u64).collect::<Vec<_>>());
     s.wait_metric("hitl_ledger_streams_open", |o| o == 1);
 }
 

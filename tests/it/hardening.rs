@@ -418,15 +418,17 @@ fn regression_a_refused_reindex_changes_nothing() {
     let mut f = Fixture::new();
     f.interrupt("r", "t", refund(10));
     f.reject("r");
+    // The rejection (after init's policy record and the interrupt).
+    let rejection = f.size() - 1;
     f.interrupt("r2", "t", refund(11));
     let s = f.raw_store();
-    let mut leaf = s.get(Cf::Records, &be(1)).unwrap().unwrap();
+    let mut leaf = s.get(Cf::Records, &be(rejection)).unwrap().unwrap();
     let pos = leaf
         .windows(16)
         .position(|w| w == b"\"rationale\":\"no\"")
         .unwrap();
     leaf[pos + 13] = b'N';
-    s.raw_put(Cf::Records, &be(1), &leaf).unwrap();
+    s.raw_put(Cf::Records, &be(rejection), &leaf).unwrap();
     drop(s);
     let (_, before_report) = cli_verify(f.path(), &[]);
     let before = snapshot(f.path());

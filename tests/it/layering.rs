@@ -161,7 +161,7 @@ fn an_upward_or_sideways_import_is_caught() {
         v,
         [
             "src/format/mod.rs (format, rank 2) imports crate::storage (rank 2)",
-            "src/verify/mod.rs (verify, rank 3) imports crate::ledger (rank 5)",
+            "src/verify/mod.rs (verify, rank 4) imports crate::ledger (rank 5)",
         ]
     );
 }

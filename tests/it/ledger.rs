@@ -256,7 +256,8 @@ fn cli_append_commits_lines_and_reports_each() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 4);
-    assert_eq!(lines[0]["seq"], 0);
+    // The first record after init's policy record (seq 0).
+    assert_eq!(lines[0]["seq"], 1);
     assert_eq!(lines[1]["record"]["kind"], "decision");
     assert_eq!(lines[2]["error"], "conflict");
     assert_eq!(lines[3]["error"], "invalid_json");
@@ -287,9 +288,33 @@ fn init_keys_are_private_and_checkpoint_zero_is_signed() {
         let mode = std::fs::metadata(d.join(f)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{f}");
     }
+    // Init's first record is the policy (seq 0), and its checkpoint is signed: size 1, whose
+    // root is that record's leaf hash.
+    let (code, shown, err) = run(&d, &["policy", "show", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["seq"], 0, "{shown}");
+    assert_eq!(shown["record"]["kind"], "policy", "{shown}");
+    let leaf = hitl_ledger::format::merkle::leaf_hash(&hitl_ledger::format::jcs::to_vec(
+        &shown["record"],
+    ));
+    assert_eq!(shown["leaf_hash"], hex::encode(leaf), "{shown}");
+    let root = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(leaf)
+    };
     let (code, cp, _) = run(&d, &["checkpoint"]);
     assert_eq!(code, 0);
-    assert!(cp.starts_with("example.com/approvals\n0\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\n\n— example.com/approvals "), "{cp}");
+    assert!(
+        cp.starts_with(&format!(
+            "example.com/approvals\n1\n{root}\n\n— example.com/approvals "
+        )),
+        "{cp}"
+    );
+    // Both signed checkpoints verify: size 0 and init's, size 1.
+    let (code, v) = cli_verify(&d, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!((&v["checkpoints"], &v["records"]), (&json!(2), &json!(1)), "{v}");
     let seed = std::fs::read_to_string(d.join("signing.key")).unwrap();
     assert!(!out.contains(seed.trim()) && !err.contains(seed.trim()));
     let (code, _, err) = run(&d, &["init", "--origin", "example.com/approvals"]);
@@ -354,6 +379,11 @@ fn replays_survive_a_policy_change() {
     )
     .unwrap();
     f.reopen();
+    // The change is the one policy record the reopen wrote (the policy is the log's).
+    let n = n + 1;
+    assert_eq!(f.size(), n);
+    let in_force = f.l().policy_in_force().unwrap();
+    assert_eq!(in_force.record.map(|(r, _, _)| r.seq), Some(n - 1));
     let err = f
         .l()
         .interrupt(

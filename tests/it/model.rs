@@ -1,19 +1,31 @@
 //! Model-based property test of the approval semantics and idempotent appends (the contract's
-//! sections 3 and 4; protocol sections 7, 8 and 12).
+//! sections 3 and 4; protocol sections 7, 8, 11.5 and 12), governance included (protocol
+//! sections 7.4 to 7.6 and 12: policy records, paused tools, approvers, two-person approval,
+//! break-glass and its post-event review).
 //!
-//! A small model of requests, review deadlines, approvals, tickets and idempotency keys,
-//! written from the contract alone as plain data (it shares no code with the ledger), runs
-//! beside a ledger on an in-memory engine with a manual clock. Random sequences of operations
-//! go to both. Every answer must be the model's (the error code, or the record's kind, seq,
-//! ts, request and thread, `duplicate`, tickets and expiries, an edit's new request,
-//! granted/code/would_deny/mode and the idempotency key of an authorization); after every
-//! batch the ledger must hold exactly the records the model counts and every request must be
-//! in the model's state; after every sequence `verify` must find no problem.
+//! A small model of requests, review deadlines, approvals, tickets, idempotency keys and the
+//! policy in force, written from the contract alone as plain data (it shares no code with the
+//! ledger), runs beside a ledger on an in-memory engine with a manual clock. Random sequences
+//! of operations go to both. Every answer must be the model's (the error code, or the record's
+//! kind, seq, ts, request and thread, `duplicate`, tickets and expiries, approval counts, an
+//! edit's new request, granted/code/would_deny/mode/route and the idempotency key of an
+//! authorization); after every batch every record the batch wrote must be the model's (kind,
+//! seq, ts, request, thread, actor, and the body members the model predicts: a refusal's
+//! method, path and error, an interrupt's policy, a decision's ticket, expiry, counts,
+//! `approved_as` and break-glass members, a review's target, a policy record's document and
+//! digest), the ledger must hold exactly the records the model counts, every request must be
+//! in the model's state, and the break-glass review queue must be the model's; after every
+//! sequence `verify` must find no problem.
+//!
+//! The ledger is made as `init` makes it: its first record (seq 0) is the scenario's policy
+//! document as a `policy` record by `hitl-ledger`/`system` at T0 (protocol 12).
 //!
 //! Operations go to the ledger in batches (one atomic write and one signed checkpoint each):
 //! a sequence's `batch` is 1 (each operation alone through `execute_one`), 4 or 32; a batch
 //! also ends before a clock step or a read, and before a step that could name a ticket or
-//! request the ledger has just made (the model learns those ids from the answers).
+//! request the ledger has just made (the model learns those ids from the answers). A policy
+//! change is an operation of its batch: the operations after it in the same batch are judged
+//! under it (protocol 12: "a policy recorded earlier in the same batch included").
 //!
 //! `HITL_MODEL_CASES=N` sets the number of sequences (default [`DEFAULT_CASES`]) and
 //! `HITL_MODEL_STEPS=N` their length (default [`DEFAULT_STEPS`]), e.g.
@@ -22,19 +34,33 @@
 //! `regressions` (or any test calling [`run_scenario`]).
 //!
 //! Where the contract leaves an order open, the model follows the ledger and says so
-//! ([`INTERRUPT_CONFLICT_SETTLES`], `Model::decide`, `Model::interrupt`); observe mode also
-//! answers `approval_pending` as a would-be denial.
+//! ([`INTERRUPT_CONFLICT_SETTLES`], `Model::decide`, `Model::interrupt`, `Model::edit`,
+//! `Model::break_glass`); observe mode also answers `approval_pending` as a would-be denial.
+//! Where the ledger parts from the contract, the random test follows the ledger too, so that
+//! the rest stays testable, and [`ledger_bugs`] holds each case with the contract's answer
+//! ([`Quirks`]).
 //!
-//! Tenants (protocol section 11.5): the operations come from several tokens ([`Ag`], [`Rev`]):
-//! three agents of tenant `acme` (two naming it, one whose principal is `acme`), one agent of
-//! its own default tenant `bot-b`, an unscoped reviewer, a reviewer scoped to `acme`, and an
-//! admin. The model predicts from the contract alone who reaches what: another tenant's
-//! request is answered as an unknown one and nothing is written (not even a due timeout), an
-//! interrupt naming another tenant's request or thread is `identifier_in_use`, an edit's new
-//! request is its original's tenant's, and each record's `actor` carries `tenant` exactly when
-//! an agent's tenant is not its principal. After every batch each request's tenant must be
-//! the model's, and after every sequence each thread's, and each tenant's decision stream must
-//! hold exactly the model's records of that tenant.
+//! Tenants (protocol section 11.5): the operations come from several tokens ([`Ag`], [`Rev`],
+//! [`Bg`]): three agents of tenant `acme` (two naming it, one whose principal is `acme`), one
+//! agent of its own default tenant `bot-b`, unscoped reviewers, a reviewer scoped to `acme`,
+//! an admin, and two `break_glass` operators. The model predicts from the contract alone who
+//! reaches what: another tenant's request is answered as an unknown one and nothing is
+//! written (not even a due timeout), an interrupt naming another tenant's request or thread
+//! is `identifier_in_use`, an edit's new request is its original's tenant's, and each
+//! record's `actor` carries `tenant` exactly when an agent's tenant is not its principal.
+//! After every batch each request's tenant must be the model's, and after every sequence
+//! each thread's, and each tenant's decision stream must hold exactly the model's records of
+//! that tenant (no policy record: it belongs to no tenant).
+//!
+//! Governance: a scenario starts under a generated policy document ([`Doc`]) and may change
+//! it ([`Step::SetPolicy`]): tools paused and unpaused, `approvers` (principals and
+//! `group:` entries, the groups each reviewer token is in), `approvals_required`, and
+//! `break_glass`, on the default and per tool (resolved field by field, protocol 12). Some
+//! documents are invalid on purpose (an empty or duplicated `approvers` list, a zero or
+//! unreachable `approvals_required`): `invalid_policy`, nothing written. Among the reviewers
+//! one shares its principal with the agent `bot-a1` (the requester of that agent's requests)
+//! and one with the break-glass operator `dana` (the break-glass user, who may not review
+//! her own use).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -53,9 +79,13 @@ use sha2::{Digest, Sha256};
 use self::Adv::*;
 use self::Ag::*;
 use self::Allowed::*;
+use self::Appr::*;
+use self::Bg::*;
 use self::By::*;
+use self::Caller::*;
 use self::Change::*;
 use self::FollowsRef::*;
+use self::Md::*;
 use self::Rev::*;
 use self::Step::*;
 use self::TicketRef::*;
@@ -67,19 +97,13 @@ pub const DEFAULT_CASES: u32 = 2000;
 /// Random steps per sequence, at most, unless `HITL_MODEL_STEPS` says otherwise. The cost of
 /// a sequence is mostly the signed checkpoints `verify` checks (one per written batch, about
 /// 10 ms each in a debug build), so longer sequences are for the long mode.
-pub const DEFAULT_STEPS: usize = 28;
+pub const DEFAULT_STEPS: usize = 36;
 
 const ORIGIN: &str = "model.example/ledger";
 const T0: &str = "2026-11-30T20:00:00.000000Z";
 const SEC: i64 = 1_000_000;
-
-/// The policy both sides use: two observed tools, two enforced ones, one with a short review
-/// window, one with a short approval lifetime and a policy redaction.
-const POLICY: &str = r#"{"default": {"review_window_seconds": 60, "approval_ttl_seconds": 30},
- "tools": {"send_email": {"mode": "observe"},
-           "post_message": {"mode": "observe", "approval_ttl_seconds": 20},
-           "wire_transfer": {"approval_ttl_seconds": 10, "redact": ["/account"]},
-           "refund": {"review_window_seconds": 20}}}"#;
+/// The thread of every policy record (protocol 2.1).
+const POLICY_THREAD: &str = "hitl-ledger/policy";
 
 /// Whether a changed interrupt sent for an overdue open request (409 `idempotency_conflict`)
 /// records the due timeout first. The contract records a due timeout "before any operation
@@ -87,6 +111,51 @@ const POLICY: &str = r#"{"default": {"review_window_seconds": 60, "approval_ttl_
 /// the ledger records it before a duplicate interrupt but not before a changed one (reported).
 /// The model follows the ledger here so that the rest stays testable.
 const INTERRUPT_CONFLICT_SETTLES: bool = false;
+
+/// Where the ledger is known to part from the contract (each one reported, with its smallest
+/// scenario in [`ledger_bugs`]): the random test's model follows the ledger there
+/// ([`Quirks::LEDGER`]), so that everything else stays testable; [`ledger_bugs`] holds the
+/// contract's answers ([`Quirks::CONTRACT`]) and fails until the ledger is fixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quirks {
+    /// An approval sent to a request closed by a break-glass decision is compared with that
+    /// decision as if it were an approval: without a rationale it is answered as its
+    /// duplicate (the break-glass operator's record, `duplicate: true`), with one as an
+    /// `idempotency_conflict`. The contract: break-glass shares the decision's idempotency key
+    /// as another value (protocol 8: "approve, edit, reject and break-glass share it"; "a
+    /// decision of another value than the recorded one ... is 409 conflict"), and a
+    /// reviewer's `POST .../decision` is not the same append as `POST .../break-glass`.
+    pub approve_replays_break_glass: bool,
+    /// A governed refusal's `path` percent-encodes every character of the request id but
+    /// letters and digits, so a refusal in an edit's new request (a UUID) names
+    /// `/v1/requests/0190%2D...%2D.../decision`, a path no client calls. The contract: the
+    /// `refusal` body's `path` is the path "as requested" (protocol 2.3), "the route"
+    /// (protocol 7.5), and `-`, `.`, `_` and `~` are unreserved (RFC 3986 section 2.3: not
+    /// encoded by URI producers).
+    pub refusal_path_encodes_unreserved: bool,
+    /// A break-glass call on a request its break-glass decision closed is answered with that
+    /// decision only when it comes from the same operator with the same reason and action;
+    /// any other is a `conflict`. The contract: "the same call sent again returns the
+    /// recorded decision" (protocol 7.6), "the same" ignoring the actor (protocol 8), and the
+    /// same key (the request's decision) with other content (another reason or action) is
+    /// `idempotency_conflict`, `conflict` being for another value (protocol 8).
+    pub break_glass_replay_is_conflict: bool,
+}
+
+impl Quirks {
+    /// The contract's answers everywhere.
+    pub const CONTRACT: Quirks = Quirks {
+        approve_replays_break_glass: false,
+        refusal_path_encodes_unreserved: false,
+        break_glass_replay_is_conflict: false,
+    };
+    /// The ledger's known deviations.
+    pub const LEDGER: Quirks = Quirks {
+        approve_replays_break_glass: true,
+        refusal_path_encodes_unreserved: true,
+        break_glass_replay_is_conflict: true,
+    };
+}
 
 /// Requests opened by interrupts (`r0`, `r1`, ...); edits add more.
 const NBASE: usize = 3;
@@ -101,16 +170,16 @@ const NO_SUCH_LEAF: &str = "abababababababababababababababababababababababababab
 // ---------------------------------------------------------------------------------------------
 // The scenario: what the generator makes, what a failure prints.
 
-/// A tool of the policy above.
+/// A tool of the policy documents (their fixed part: [`Doc::json`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tool {
-    /// Observed.
+    /// Observed (unless a document sets its mode).
     SendEmail,
-    /// Observed, approval lifetime 20 s.
+    /// Observed (unless a document sets its mode), approval lifetime 20 s.
     PostMessage,
-    /// Enforced, approval lifetime 10 s, `/account` redacted by policy.
+    /// Approval lifetime 10 s, `/account` redacted by policy.
     WireTransfer,
-    /// Enforced, review window 20 s.
+    /// Review window 20 s.
     Refund,
 }
 
@@ -153,15 +222,43 @@ pub enum By {
     Admin,
 }
 
-/// Who sends a decision.
+/// A reviewer or admin token: who sends a decision, a review or a policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rev {
-    /// `alice`, a reviewer of every tenant.
+    /// `alice`, a reviewer of every tenant, in group `finance`.
     Alice,
-    /// `r2`, a reviewer whose token names tenant `acme` only.
+    /// `r2`, a reviewer whose token names tenant `acme` only, in groups `finance` and `ops`.
     ScopedAcme,
-    /// `root`, an admin.
+    /// `root`, an admin, in group `ops`.
     Root,
+    /// `bob`, a reviewer of every tenant, in group `ops`.
+    Bob,
+    /// `bot-a1`, a reviewer of every tenant in group `finance`: the principal of the agent
+    /// [`Ag::AcmeOne`], so the requester of the requests that agent opens.
+    Twin,
+    /// `dana`, a reviewer of every tenant in no group: the principal of the break-glass
+    /// operator [`Bg::GlassDana`].
+    Dana,
+}
+
+/// A `break_glass` token (protocol 7.6), reaching every tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bg {
+    /// `dana` (also a reviewer's principal, [`Rev::Dana`]).
+    GlassDana,
+    /// `eve`.
+    GlassEve,
+}
+
+/// Who calls the break-glass route: the `break_glass` role, or any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A `break_glass` operator.
+    Operator(Bg),
+    /// An agent token (or the admin, [`By::Admin`]).
+    Host(By),
+    /// A reviewer or admin token.
+    Person(Rev),
 }
 
 const ACME: &str = "acme";
@@ -173,6 +270,7 @@ enum Who {
     Agent(Ag),
     Reviewer(Rev),
     Admin,
+    Glass(Bg),
     System,
 }
 
@@ -207,19 +305,81 @@ impl Rev {
             r => Who::Reviewer(r),
         }
     }
+
+    fn principal(self) -> &'static str {
+        match self {
+            Alice => "alice",
+            ScopedAcme => "r2",
+            Root => "root",
+            Bob => "bob",
+            Twin => "bot-a1",
+            Dana => "dana",
+        }
+    }
+
+    /// The groups its token is in (`token add --group`).
+    fn groups(self) -> &'static [&'static str] {
+        match self {
+            Alice | Twin => &["finance"],
+            ScopedAcme => &["finance", "ops"],
+            Root | Bob => &["ops"],
+            Dana => &[],
+        }
+    }
+}
+
+impl Bg {
+    fn principal(self) -> &'static str {
+        match self {
+            GlassDana => "dana",
+            GlassEve => "eve",
+        }
+    }
 }
 
 impl Who {
     /// The actor the ledger is given, as a token of this kind authenticates.
     fn actor(self) -> Actor {
+        let groups = self.groups().iter().map(|g| g.to_string()).collect();
         match self {
             Who::Agent(a) => Actor::agent(a.principal(), a.named_tenant()),
-            Who::Reviewer(Alice) => Actor::with_role("alice", "reviewer", None),
             Who::Reviewer(ScopedAcme) => {
-                Actor::with_role("r2", "reviewer", Some(vec![ACME.to_string()]))
+                Actor::with_role("r2", "reviewer", Some(vec![ACME.to_string()])).in_groups(groups)
             }
-            Who::Reviewer(Root) | Who::Admin => Actor::with_role("root", "admin", None),
+            Who::Reviewer(Root) | Who::Admin => {
+                Actor::with_role("root", "admin", None).in_groups(groups)
+            }
+            Who::Reviewer(r) => Actor::with_role(r.principal(), "reviewer", None).in_groups(groups),
+            Who::Glass(b) => Actor::with_role(b.principal(), "break_glass", None),
             Who::System => Actor::system(),
+        }
+    }
+
+    fn principal(self) -> &'static str {
+        match self {
+            Who::Agent(a) => a.principal(),
+            Who::Reviewer(r) => r.principal(),
+            Who::Admin => "root",
+            Who::Glass(b) => b.principal(),
+            Who::System => "hitl-ledger",
+        }
+    }
+
+    fn role(self) -> &'static str {
+        match self {
+            Who::Agent(_) => "agent",
+            Who::Reviewer(Root) | Who::Admin => "admin",
+            Who::Reviewer(_) => "reviewer",
+            Who::Glass(_) => "break_glass",
+            Who::System => "system",
+        }
+    }
+
+    fn groups(self) -> &'static [&'static str] {
+        match self {
+            Who::Reviewer(r) => r.groups(),
+            Who::Admin => Root.groups(),
+            _ => &[],
         }
     }
 
@@ -230,11 +390,7 @@ impl Who {
             Who::Agent(a) if a.tenant() != a.principal() => {
                 json!({"principal": a.principal(), "role": "agent", "tenant": a.tenant()})
             }
-            Who::Agent(a) => json!({"principal": a.principal(), "role": "agent"}),
-            Who::Reviewer(Alice) => json!({"principal": "alice", "role": "reviewer"}),
-            Who::Reviewer(ScopedAcme) => json!({"principal": "r2", "role": "reviewer"}),
-            Who::Reviewer(Root) | Who::Admin => json!({"principal": "root", "role": "admin"}),
-            Who::System => json!({"principal": "hitl-ledger", "role": "system"}),
+            w => json!({"principal": w.principal(), "role": w.role()}),
         }
     }
 
@@ -243,9 +399,129 @@ impl Who {
         match self {
             Who::Agent(a) => a.tenant() == tenant,
             Who::Reviewer(ScopedAcme) => tenant == ACME,
-            Who::Reviewer(Alice | Root) | Who::Admin | Who::System => true,
+            Who::Reviewer(_) | Who::Admin | Who::Glass(_) | Who::System => true,
         }
     }
+}
+
+/// A tool's mode as a policy document sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Md {
+    /// `"enforce"`.
+    Enforced,
+    /// `"observe"`.
+    Observed,
+    /// `"paused"`.
+    Paused,
+}
+
+impl Md {
+    fn name(self) -> &'static str {
+        match self {
+            Enforced => "enforce",
+            Observed => "observe",
+            Paused => "paused",
+        }
+    }
+}
+
+/// An `approvers` list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appr {
+    /// `["alice"]`.
+    OnlyAlice,
+    /// `["alice", "bob"]`.
+    AliceBob,
+    /// `["group:finance"]` (alice, r2, bot-a1).
+    Finance,
+    /// `["bob", "group:ops"]` (bob by name and by group, r2, root).
+    BobOps,
+    /// `["bot-a1", "root"]` (the reviewer sharing the agent bot-a1's principal, the admin).
+    TwinRoot,
+    /// `[]`: invalid.
+    NoOne,
+    /// `["alice", "alice"]`: invalid.
+    AliceTwice,
+}
+
+impl Appr {
+    fn entries(self) -> &'static [&'static str] {
+        match self {
+            OnlyAlice => &["alice"],
+            AliceBob => &["alice", "bob"],
+            Finance => &["group:finance"],
+            BobOps => &["bob", "group:ops"],
+            TwinRoot => &["bot-a1", "root"],
+            NoOne => &[],
+            AliceTwice => &["alice", "alice"],
+        }
+    }
+}
+
+/// The governance fields of one entry of a policy document (the default's or a tool's);
+/// `None` omits the field.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Gov {
+    /// `mode` (for an observed tool, `None` keeps its `"observe"`).
+    pub mode: Option<Md>,
+    /// `approvers`.
+    pub approvers: Option<Appr>,
+    /// `approvals_required` (0 is invalid).
+    pub required: Option<u8>,
+    /// `break_glass`.
+    pub break_glass: Option<bool>,
+}
+
+impl Gov {
+    /// No governance field.
+    pub const NONE: Gov = Gov {
+        mode: None,
+        approvers: None,
+        required: None,
+        break_glass: None,
+    };
+}
+
+impl std::fmt::Debug for Gov {
+    /// As Rust that pastes: `Gov::NONE`, or the fields set and `..Gov::NONE`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == Gov::NONE {
+            return f.write_str("Gov::NONE");
+        }
+        let mut parts = Vec::new();
+        if let Some(m) = self.mode {
+            parts.push(format!("mode: Some({m:?})"));
+        }
+        if let Some(a) = self.approvers {
+            parts.push(format!("approvers: Some({a:?})"));
+        }
+        if let Some(n) = self.required {
+            parts.push(format!("required: Some({n})"));
+        }
+        if let Some(b) = self.break_glass {
+            parts.push(format!("break_glass: Some({b})"));
+        }
+        write!(f, "Gov {{ {}, ..Gov::NONE }}", parts.join(", "))
+    }
+}
+
+/// A policy document: fixed review windows, approval lifetimes, observed tools and redaction
+/// ([`Doc::json`]), and the governance fields of the default and of each tool (in [`Tool`]
+/// order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Doc {
+    /// The default's governance fields.
+    pub default: Gov,
+    /// Each tool's, in the order of [`Tool::ALL`].
+    pub tools: [Gov; 4],
+}
+
+impl Doc {
+    /// No governance at all: the document the model test used before governance.
+    pub const BASE: Doc = Doc {
+        default: Gov::NONE,
+        tools: [Gov::NONE; 4],
+    };
 }
 
 /// A base request's interrupt as first meant.
@@ -314,7 +590,7 @@ pub enum TicketRef {
     GarbageTicket,
 }
 
-/// The action an authorize presents.
+/// The action an authorize (or a break-glass call) presents.
 // The variants are glob-imported (a printed scenario pastes as is), so their names must not
 // collide with other enums' variants.
 #[allow(clippy::enum_variant_names)]
@@ -354,8 +630,8 @@ pub enum Adv {
     ToNextDeadline(i8),
 }
 
-/// One operation. `req` picks a request: for interrupts and decisions one of the base
-/// requests (`req % NBASE`), otherwise any known request (`req % count`).
+/// One operation. `req` picks a request: for interrupts one of the base requests
+/// (`req % NBASE`), otherwise any known request (`req % count`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// An interrupt of a base request, by the agent `by` (`None`: the request's opener, or its
@@ -407,13 +683,36 @@ pub enum Step {
     Advance(Adv),
     /// Record every due timeout.
     Sweep,
-    /// Read a request's state (records its due timeout first).
+    /// Read a request's state and counted approvals (records its due timeout first).
     Read { req: u8 },
+    /// Record `doc` as the policy in force (`PUT /v1/policy`), sent by `by` (only the admin
+    /// may).
+    SetPolicy { doc: Doc, by: Rev },
+    /// `POST /v1/requests/{id}/break-glass` with `action` and a reason (0: omitted, 1: blank,
+    /// both refused before the ledger; others two texts).
+    BreakGlass {
+        req: u8,
+        action: What,
+        reason: u8,
+        by: Caller,
+    },
+    /// `POST /v1/requests/{id}/review` (rationale 0 is blank: refused). With `among_uses`,
+    /// `req` picks among the requests closed by a break-glass decision (any request while
+    /// there is none).
+    Review {
+        req: u8,
+        among_uses: bool,
+        disputed: bool,
+        rationale: u8,
+        by: Rev,
+    },
 }
 
-/// A generated case: the base requests' interrupts and the steps.
+/// A generated case: the policy it starts under, the base requests' interrupts and the steps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scenario {
+    /// The policy document `init` records (seq 0).
+    pub policy: Doc,
     /// One per base request.
     pub bases: Vec<Spec>,
     /// The most operations committed as one batch (1: each alone, through `execute_one`).
@@ -426,7 +725,10 @@ pub struct Scenario {
 impl Scenario {
     /// The scenario as Rust source, for a regression test.
     pub fn to_rust(&self) -> String {
-        let mut s = String::from("Scenario {\n    bases: vec![\n");
+        let mut s = format!(
+            "Scenario {{\n    policy: {:?},\n    bases: vec![\n",
+            self.policy
+        );
         for b in &self.bases {
             s.push_str(&format!("        {b:?},\n"));
         }
@@ -443,6 +745,9 @@ impl Scenario {
 }
 
 impl Tool {
+    /// Every tool, in the order of [`Doc::tools`].
+    pub const ALL: [Tool; 4] = [SendEmail, PostMessage, WireTransfer, Refund];
+
     fn name(self) -> &'static str {
         match self {
             SendEmail => "send_email",
@@ -452,8 +757,21 @@ impl Tool {
         }
     }
 
-    fn observed(self) -> bool {
-        matches!(self, SendEmail | PostMessage)
+    fn index(self) -> usize {
+        match self {
+            SendEmail => 0,
+            PostMessage => 1,
+            WireTransfer => 2,
+            Refund => 3,
+        }
+    }
+
+    /// The mode the fixed part of every document gives the tool's entry.
+    fn base_mode(self) -> Option<Md> {
+        match self {
+            SendEmail | PostMessage => Some(Observed),
+            _ => None,
+        }
     }
 
     fn window_secs(self) -> u64 {
@@ -477,6 +795,144 @@ impl Tool {
             _ => &[],
         }
     }
+
+    /// The tool's entry in a document: its fixed fields (protocol 12: they override the
+    /// default's), then `gov`'s.
+    fn entry(self, gov: &Gov) -> Value {
+        let mut m = Map::new();
+        match self {
+            SendEmail => {}
+            PostMessage => {
+                m.insert("approval_ttl_seconds".into(), json!(20));
+            }
+            WireTransfer => {
+                m.insert("approval_ttl_seconds".into(), json!(10));
+                m.insert("redact".into(), json!(["/account"]));
+            }
+            Refund => {
+                m.insert("review_window_seconds".into(), json!(20));
+            }
+        }
+        let gov = Gov {
+            mode: gov.mode.or(self.base_mode()),
+            ..*gov
+        };
+        gov.insert_into(&mut m);
+        Value::Object(m)
+    }
+}
+
+/// What a tool's entry resolves to under a document (protocol 12: the tool's field, else the
+/// default's, else the built-in default), for the fields governance adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Resolved {
+    mode: Md,
+    approvers: Option<&'static [&'static str]>,
+    required: u64,
+    break_glass: bool,
+}
+
+impl Resolved {
+    /// Protocol 7.5: a tool that names `approvers` or needs more than one approval.
+    fn governed(&self) -> bool {
+        self.approvers.is_some() || self.required > 1
+    }
+
+    /// The `approvers` entries that admit `who` (its principal, or a group its token is in).
+    fn admitting(&self, who: Who) -> Vec<&'static str> {
+        let Some(list) = self.approvers else {
+            return Vec::new();
+        };
+        list.iter()
+            .copied()
+            .filter(|e| match e.strip_prefix("group:") {
+                Some(g) => who.groups().contains(&g),
+                None => *e == who.principal(),
+            })
+            .collect()
+    }
+}
+
+impl Gov {
+    fn insert_into(&self, m: &mut Map<String, Value>) {
+        if let Some(md) = self.mode {
+            m.insert("mode".into(), json!(md.name()));
+        }
+        if let Some(a) = self.approvers {
+            m.insert("approvers".into(), json!(a.entries()));
+        }
+        if let Some(n) = self.required {
+            m.insert("approvals_required".into(), json!(n));
+        }
+        if let Some(b) = self.break_glass {
+            m.insert("break_glass".into(), json!(b));
+        }
+    }
+}
+
+impl Doc {
+    /// The document as JSON (what `PUT /v1/policy` sends and the record holds).
+    fn json(&self) -> Value {
+        let mut default = Map::new();
+        default.insert("review_window_seconds".into(), json!(60));
+        default.insert("approval_ttl_seconds".into(), json!(30));
+        self.default.insert_into(&mut default);
+        let tools: Map<String, Value> = Tool::ALL
+            .iter()
+            .map(|t| (t.name().to_string(), t.entry(&self.tools[t.index()])))
+            .collect();
+        json!({"default": default, "tools": tools})
+    }
+
+    /// `"sha256:"` + hex SHA-256 of the document's JCS (protocol 2.3). The document holds
+    /// only small integers, booleans and plain ASCII strings, whose JCS is `serde_json`'s
+    /// output with members sorted.
+    fn digest(&self) -> String {
+        format!("sha256:{}", hex(&Sha256::digest(self.json().to_string())))
+    }
+
+    fn resolve(&self, tool: Tool) -> Resolved {
+        let t = &self.tools[tool.index()];
+        let d = &self.default;
+        Resolved {
+            mode: t.mode.or(tool.base_mode()).or(d.mode).unwrap_or(Enforced),
+            approvers: t.approvers.or(d.approvers).map(Appr::entries),
+            required: u64::from(t.required.or(d.required).unwrap_or(1)),
+            break_glass: t.break_glass.or(d.break_glass).unwrap_or(false),
+        }
+    }
+
+    /// Protocol 12's validation of the governance fields: no zero `approvals_required`, no
+    /// empty or duplicated `approvers`, and no resolved entry (the default's included) needing
+    /// more approvals than its `approvers` name when they name no group.
+    fn valid(&self) -> bool {
+        let entry_ok = |g: &Gov| {
+            g.required != Some(0)
+                && g.approvers.is_none_or(|a| {
+                    let e = a.entries();
+                    !e.is_empty() && e.iter().enumerate().all(|(i, x)| !e[..i].contains(x))
+                })
+        };
+        let reachable = |approvers: Option<Appr>, required: Option<u8>| match approvers {
+            Some(a) if !a.entries().iter().any(|e| e.starts_with("group:")) => {
+                usize::from(required.unwrap_or(1)) <= a.entries().len()
+            }
+            _ => true,
+        };
+        entry_ok(&self.default)
+            && self.tools.iter().all(entry_ok)
+            && reachable(self.default.approvers, self.default.required)
+            && self.tools.iter().all(|t| {
+                reachable(
+                    t.approvers.or(self.default.approvers),
+                    t.required.or(self.default.required),
+                )
+            })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A decision value.
@@ -522,10 +978,7 @@ fn idempotency_key(request_id: &str) -> String {
         Value::from(ORIGIN),
         Value::from(request_id)
     );
-    Sha256::digest(jcs.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(jcs.as_bytes()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -681,16 +1134,41 @@ struct Decided {
     dk: Dk,
     rationale: Option<String>,
     edited: Option<(Tool, u8)>,
+    /// The reason of a break-glass decision (protocol 7.6); `None` for any other.
+    bg: Option<String>,
     seq: u64,
     ts: i64,
     /// Who wrote it.
     by: Who,
     /// The ticket the decision issued.
     ticket: usize,
-    /// An edit's new request and its ticket.
-    new_req: Option<(usize, usize)>,
+    /// An edit's new request and its ticket (`None` while the new request needs more
+    /// approvals).
+    new_req: Option<(usize, Option<usize>)>,
     /// The expiry answered: the approval's; an edit's new request's.
     expires: Option<i64>,
+    /// The counts answered (approvals, approvals_required), where the tool needed more than one.
+    counts: Option<(u64, u64)>,
+}
+
+/// A counted approval that issued no ticket (protocol 7.5), kept for its replay.
+#[derive(Clone, Debug)]
+struct Partial {
+    by: Who,
+    rationale: Option<String>,
+    seq: u64,
+    ts: i64,
+    counts: (u64, u64),
+}
+
+/// A post-event review (protocol 7.6).
+#[derive(Clone, Debug)]
+struct Reviewed {
+    disputed: bool,
+    rationale: String,
+    seq: u64,
+    ts: i64,
+    by: Who,
 }
 
 /// A request with its interrupt.
@@ -710,7 +1188,8 @@ struct Live {
     decision: Option<Decided>,
     /// The tenant it belongs to.
     tenant: &'static str,
-    /// The agent [`By::Opener`] names.
+    /// The agent [`By::Opener`] names, whose principal opened the request (for an edit's
+    /// new request, the original's): the requester of protocol 7.5.
     opener: Ag,
     /// Who wrote the interrupt.
     by: Who,
@@ -720,6 +1199,12 @@ struct Live {
     follow_ups: BTreeMap<u8, (String, String, u64, i64, Who)>,
     /// Leaf hashes of this request's records, as answered.
     leaves: Vec<String>,
+    /// Approvals that issued no ticket.
+    partials: Vec<Partial>,
+    /// Every counted approval, in order: (principal, seq) (protocol 7.5's `approvals`).
+    counted: Vec<(&'static str, u64)>,
+    /// The review of its break-glass decision.
+    review: Option<Reviewed>,
 }
 
 #[derive(Clone, Debug)]
@@ -758,6 +1243,33 @@ struct GrantM {
     auth: AuthExp,
 }
 
+/// What a record's body member must be.
+#[derive(Clone, Debug)]
+enum Want {
+    Eq(Value),
+    Absent,
+    /// One of these (an `approved_as` where several entries admit the reviewer).
+    OneOf(Vec<Value>),
+    /// The id of the n-th ticket (learned from an answer).
+    Ticket(usize),
+    /// The id of a request (learned from an answer).
+    Rid(usize),
+    /// The leaf hash of the record at this seq (a policy record, a break-glass decision).
+    LeafOf(u64),
+    Ts(i64),
+}
+
+/// A record as the model expects it.
+#[derive(Clone, Debug)]
+struct RecM {
+    kind: &'static str,
+    /// The request it names (`None`: a policy record).
+    req: Option<usize>,
+    actor: Who,
+    ts: i64,
+    body: Vec<(&'static str, Want)>,
+}
+
 #[derive(Clone, Debug)]
 struct Model {
     now: i64,
@@ -765,10 +1277,16 @@ struct Model {
     reqs: Vec<ReqM>,
     tickets: Vec<TicketM>,
     grants: Vec<GrantM>,
-    /// The tenant of each record, by seq (every record the model makes names a request).
-    record_tenants: Vec<&'static str>,
+    /// Every record, by seq.
+    log: Vec<RecM>,
     /// Each thread's tenant: its first record's request's.
     threads: BTreeMap<u8, &'static str>,
+    /// Every policy recorded (its document and its record's seq), oldest first.
+    policies: Vec<(Doc, u64)>,
+    /// The one in force.
+    in_force: usize,
+    /// Where the model follows the ledger rather than the contract.
+    quirks: Quirks,
 }
 
 /// What the ledger is asked.
@@ -780,6 +1298,10 @@ enum Call {
         kind: &'static str,
         rid: Option<String>,
         body: Value,
+        who: Who,
+    },
+    SetPolicy {
+        text: String,
         who: Who,
     },
     Sweep,
@@ -794,13 +1316,30 @@ enum Expect {
     /// An error answered because the caller does not reach the tenant (protocol 11.5): as
     /// [`Expect::Error`], counted apart.
     Unreached(&'static str),
+    /// A governed refusal (protocol 7.5, 7.6): the error, and a `refusal` record in the
+    /// request (in the model's log).
+    Refused(&'static str),
     Record(Exp),
+    /// A policy record written or found.
+    Policy {
+        seq: u64,
+        ts: i64,
+        duplicate: bool,
+        actor: Who,
+        doc: Doc,
+    },
     /// Timeouts from `first_seq`: (request, deadline).
     Swept {
         first_seq: u64,
         items: Vec<(usize, i64)>,
     },
-    State(St),
+    /// A request read: its state, counted approvals (principal, seq) and the approvals its
+    /// tool needs under the policy in force.
+    State {
+        st: St,
+        approvals: Vec<(&'static str, u64)>,
+        required: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -821,15 +1360,21 @@ enum ExpExtra {
     Interrupt {
         expires_at: i64,
     },
+    /// An approval (partial or closing, break-glass included) or a rejection.
     Decision {
-        ticket: usize,
+        /// `None` for a partial approval (`ticket_id: null`).
+        ticket: Option<usize>,
         expires_at: Option<i64>,
+        /// Answered `approvals` and `approvals_required`.
+        counts: Option<(u64, u64)>,
     },
     Edit {
         new_req: usize,
-        new_ticket: usize,
+        /// `None` while the new request needs more approvals.
+        new_ticket: Option<usize>,
         orig_ticket: usize,
-        expires_at: i64,
+        expires_at: Option<i64>,
+        counts: Option<(u64, u64)>,
     },
     Auth(AuthExp),
 }
@@ -850,11 +1395,73 @@ fn approve_rationale(r: Option<u8>) -> Option<String> {
     r.map(|k| ["ok", "fine", "lgtm"][usize::from(k) % 3].to_string())
 }
 
+fn opt_json(v: Option<&str>) -> Value {
+    v.map_or(Value::Null, |s| json!(s))
+}
+
+/// The body members of an approval (partial, closing or break-glass) or an edit's decision.
+struct DecisionBody {
+    decision: &'static str,
+    rationale: Option<String>,
+    ticket: Option<usize>,
+    expires: Option<i64>,
+    counts: Option<(u64, u64)>,
+    /// The entries that may be recorded as `approved_as` (`None`: absent).
+    approved_as: Option<Vec<&'static str>>,
+    bg: Option<String>,
+    superseded_by: Option<usize>,
+}
+
+impl DecisionBody {
+    fn wants(self) -> Vec<(&'static str, Want)> {
+        let (approvals, required) = match self.counts {
+            Some((n, of)) => (Want::Eq(json!(n)), Want::Eq(json!(of))),
+            None => (Want::Absent, Want::Absent),
+        };
+        let mut w = vec![
+            ("decision", Want::Eq(json!(self.decision))),
+            ("rationale", Want::Eq(opt_json(self.rationale.as_deref()))),
+            (
+                "ticket_id",
+                self.ticket.map_or(Want::Eq(Value::Null), Want::Ticket),
+            ),
+            (
+                "expires_at",
+                self.expires.map_or(Want::Eq(Value::Null), Want::Ts),
+            ),
+            ("approvals", approvals),
+            ("approvals_required", required),
+            (
+                "approved_as",
+                match self.approved_as {
+                    Some(e) => Want::OneOf(e.into_iter().map(|s| json!(s)).collect()),
+                    None => Want::Absent,
+                },
+            ),
+            (
+                "superseded_by",
+                self.superseded_by.map_or(Want::Eq(Value::Null), Want::Rid),
+            ),
+        ];
+        match self.bg {
+            Some(reason) => {
+                w.push(("break_glass", Want::Eq(json!(true))));
+                w.push(("reason", Want::Eq(json!(reason))));
+            }
+            None => {
+                w.push(("break_glass", Want::Absent));
+                w.push(("reason", Want::Absent));
+            }
+        }
+        w
+    }
+}
+
 impl Model {
-    fn new(now: i64) -> Model {
+    fn new(now: i64, doc: &Doc, quirks: Quirks) -> Model {
         Model {
             now,
-            count: 0,
+            count: 1,
             reqs: (0..NBASE)
                 .map(|_| ReqM {
                     id: None,
@@ -863,8 +1470,21 @@ impl Model {
                 .collect(),
             tickets: Vec::new(),
             grants: Vec::new(),
-            record_tenants: Vec::new(),
+            // `init` records the policy first (protocol 12).
+            log: vec![RecM {
+                kind: "policy",
+                req: None,
+                actor: Who::System,
+                ts: now,
+                body: vec![
+                    ("policy", Want::Eq(doc.json())),
+                    ("policy_digest", Want::Eq(json!(doc.digest()))),
+                ],
+            }],
             threads: BTreeMap::new(),
+            policies: vec![(doc.clone(), 0)],
+            in_force: 0,
+            quirks,
         }
     }
 
@@ -884,6 +1504,37 @@ impl Model {
         usize::from(req) % self.reqs.len()
     }
 
+    /// The request a review names: with `among_uses`, the `req`-th of those closed by a
+    /// break-glass decision while there is one.
+    fn review_target(&self, req: u8, among_uses: bool) -> usize {
+        let uses: Vec<usize> = (0..self.reqs.len())
+            .filter(|&r| {
+                self.live(r)
+                    .and_then(|l| l.decision.as_ref())
+                    .is_some_and(|d| d.bg.is_some())
+            })
+            .collect();
+        if among_uses && !uses.is_empty() {
+            return uses[usize::from(req) % uses.len()];
+        }
+        self.any_req(req)
+    }
+
+    /// The governance of `tool` under the policy in force.
+    fn gov(&self, tool: Tool) -> Resolved {
+        self.policies[self.in_force].0.resolve(tool)
+    }
+
+    /// The seq of the policy record in force.
+    fn policy_seq(&self) -> u64 {
+        self.policies[self.in_force].1
+    }
+
+    /// The tenant of a record: its request's (a policy record belongs to none).
+    fn tenant_of(&self, rec: &RecM) -> Option<&'static str> {
+        rec.req.and_then(|r| self.live(r)).map(|l| l.tenant)
+    }
+
     /// Records the request's timeout when it is open and its deadline has passed (the
     /// contract: a due timeout is written before any operation naming the request).
     fn settle(&mut self, r: usize) {
@@ -893,16 +1544,22 @@ impl Model {
         };
         if l.st == St::Open && now >= l.deadline {
             l.st = St::TimedOut;
-            let tenant = l.tenant;
-            self.wrote(tenant);
+            let deadline = l.deadline;
+            self.wrote(RecM {
+                kind: "timeout",
+                req: Some(r),
+                actor: Who::System,
+                ts: now,
+                body: vec![("expires_at", Want::Ts(deadline))],
+            });
         }
     }
 
-    /// Counts a record of `tenant`'s; its seq.
-    fn wrote(&mut self, tenant: &'static str) -> u64 {
+    /// Counts a record; its seq.
+    fn wrote(&mut self, rec: RecM) -> u64 {
         let seq = self.count;
         self.count += 1;
-        self.record_tenants.push(tenant);
+        self.log.push(rec);
         seq
     }
 
@@ -969,11 +1626,15 @@ impl Model {
         deadlines.chain(expiries).filter(|&t| t > self.now).min()
     }
 
-    fn record(&mut self, kind: &'static str, req: usize, actor: Who, extra: ExpExtra) -> Expect {
-        let tenant = self
-            .live(req)
-            .expect("a record names an open request")
-            .tenant;
+    /// A new record of request `req`, answered.
+    fn record(
+        &mut self,
+        kind: &'static str,
+        req: usize,
+        actor: Who,
+        extra: ExpExtra,
+        body: Vec<(&'static str, Want)>,
+    ) -> Expect {
         let e = Exp {
             kind,
             req,
@@ -983,15 +1644,55 @@ impl Model {
             actor,
             extra,
         };
-        self.wrote(tenant);
+        self.wrote(RecM {
+            kind,
+            req: Some(req),
+            actor,
+            ts: self.now,
+            body,
+        });
         Expect::Record(e)
+    }
+
+    /// A governed refusal (protocol 7.5, 7.6): a `refusal` record in the request naming the
+    /// route and the code, and the error.
+    fn refuse(&mut self, r: usize, who: Who, route: &str, code: &'static str) -> Expect {
+        let rid = self.rid(r);
+        // The route as a client calls it: an id's unreserved characters (RFC 3986 section
+        // 2.3) are not percent-encoded.
+        let segment = if self.quirks.refusal_path_encodes_unreserved {
+            rid.bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() {
+                        char::from(b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect()
+        } else {
+            rid
+        };
+        let path = format!("/v1/requests/{segment}/{route}");
+        self.wrote(RecM {
+            kind: "refusal",
+            req: Some(r),
+            actor: who,
+            ts: self.now,
+            body: vec![
+                ("method", Want::Eq(json!("POST"))),
+                ("path", Want::Eq(json!(path))),
+                ("error", Want::Eq(json!(code))),
+            ],
+        });
+        Expect::Refused(code)
     }
 
     /// The model's answer to a step, the call that asks the ledger, and the model's new state
     /// (ids the ledger makes are learned from the answer afterwards).
     fn step(&mut self, step: &Step, bases: &[Spec]) -> (Call, Expect) {
-        match *step {
-            Interrupt { req, change, by } => {
+        match step {
+            &Interrupt { req, change, by } => {
                 let r = usize::from(req) % NBASE;
                 let sent = Sent::of(&bases[r], change);
                 let ag = self.agent_for(r, by, bases);
@@ -1003,8 +1704,8 @@ impl Model {
                 };
                 (call, self.interrupt(r, &sent, ag))
             }
-            Approve { req, rationale, by } => {
-                let r = usize::from(req) % NBASE;
+            &Approve { req, rationale, by } => {
+                let r = self.any_req(req);
                 let rat = approve_rationale(rationale);
                 let mut body = json!({"decision": "approve"});
                 if let Some(t) = &rat {
@@ -1016,8 +1717,8 @@ impl Model {
                     self.decide(r, who, Dk::Ap, rat, None),
                 )
             }
-            Reject { req, rationale, by } => {
-                let r = usize::from(req) % NBASE;
+            &Reject { req, rationale, by } => {
+                let r = self.any_req(req);
                 let rat = rationale.map(|k| ["  ", "no", "nope"][usize::from(k) % 3].to_string());
                 let mut body = json!({"decision": "reject"});
                 if let Some(t) = &rat {
@@ -1031,14 +1732,14 @@ impl Model {
                     Some(_) => (call, self.decide(r, who, Dk::Rj, rat, None)),
                 }
             }
-            Edit {
+            &Edit {
                 req,
                 tool,
                 amount,
                 rationale,
                 by,
             } => {
-                let r = usize::from(req) % NBASE;
+                let r = self.any_req(req);
                 let rat = approve_rationale(rationale);
                 let mut body =
                     json!({"decision": "edit", "edited_action": action_json(tool, amount)});
@@ -1051,7 +1752,7 @@ impl Model {
                     self.decide(r, who, Dk::Ed, rat, Some((tool, amount))),
                 )
             }
-            Authorize {
+            &Authorize {
                 req,
                 ticket,
                 action,
@@ -1062,7 +1763,7 @@ impl Model {
                 let who = self.who_for(r, by, bases);
                 self.authorize(r, who, ticket, action, attempt)
             }
-            Revoke { req, reason, by } => {
+            &Revoke { req, reason, by } => {
                 let r = self.any_req(req);
                 let who = self.who_for(r, by, bases);
                 let reason = ["", "oops", "changed my mind"][usize::from(reason) % 3];
@@ -1074,7 +1775,7 @@ impl Model {
                 };
                 (call, self.revoke(r, who, reason))
             }
-            FollowUp {
+            &FollowUp {
                 req,
                 id,
                 outcome,
@@ -1085,7 +1786,7 @@ impl Model {
                 let who = self.who_for(r, by, bases);
                 self.follow_up(r, who, id, outcome, follows)
             }
-            Advance(adv) => {
+            &Advance(adv) => {
                 let d = match adv {
                     Micros(n) => i64::from(n),
                     Secs(n) => i64::from(n) * SEC,
@@ -1114,15 +1815,52 @@ impl Model {
                 let items = due.into_iter().map(|(_, i, d)| (i, d)).collect();
                 (Call::Sweep, Expect::Swept { first_seq, items })
             }
-            Read { req } => {
+            &Read { req } => {
                 let r = self.any_req(req);
                 let call = Call::Read(self.rid(r));
                 if self.live(r).is_none() {
                     return (call, Expect::Error("request_not_found"));
                 }
                 self.settle(r);
-                let st = self.live(r).expect("interrupted").st;
-                (call, Expect::State(st))
+                let l = self.live(r).expect("interrupted");
+                let e = Expect::State {
+                    st: l.st,
+                    approvals: l.counted.clone(),
+                    required: self.gov(l.tool).required,
+                };
+                (call, e)
+            }
+            SetPolicy { doc, by } => {
+                let who = by.who();
+                let call = Call::SetPolicy {
+                    text: doc.json().to_string(),
+                    who,
+                };
+                (call, self.set_policy(doc, who))
+            }
+            &BreakGlass {
+                req,
+                action,
+                reason,
+                by,
+            } => {
+                let r = self.any_req(req);
+                let who = match by {
+                    Operator(b) => Who::Glass(b),
+                    Host(b) => self.who_for(r, b, bases),
+                    Person(p) => p.who(),
+                };
+                self.break_glass(r, who, action, reason)
+            }
+            &Review {
+                req,
+                among_uses,
+                disputed,
+                rationale,
+                by,
+            } => {
+                let r = self.review_target(req, among_uses);
+                self.review(r, by.who(), disputed, rationale)
             }
         }
     }
@@ -1202,9 +1940,18 @@ impl Model {
             revocation: None,
             follow_ups: BTreeMap::new(),
             leaves: Vec::new(),
+            partials: Vec::new(),
+            counted: Vec::new(),
+            review: None,
             norm: Some(norm),
         });
         self.threads.entry(sent.spec.thread).or_insert(ag.tenant());
+        let body = vec![
+            ("policy", Want::LeafOf(self.policy_seq())),
+            ("tool", Want::Eq(json!(sent.spec.tool.name()))),
+            ("edit_of", Want::Eq(Value::Null)),
+            ("expires_at", Want::Ts(deadline)),
+        ];
         self.record(
             "interrupt",
             r,
@@ -1212,9 +1959,42 @@ impl Model {
             ExpExtra::Interrupt {
                 expires_at: deadline,
             },
+            body,
         )
     }
 
+    /// The answer to a decision sent again: the recorded one (protocol 8).
+    fn replayed(r: usize, d: &Decided) -> Expect {
+        let extra = match d.new_req {
+            Some((new_req, new_ticket)) => ExpExtra::Edit {
+                new_req,
+                new_ticket,
+                orig_ticket: d.ticket,
+                expires_at: d.expires,
+                counts: d.counts,
+            },
+            None => ExpExtra::Decision {
+                ticket: Some(d.ticket),
+                expires_at: d.expires,
+                counts: d.counts,
+            },
+        };
+        Expect::Record(Exp {
+            kind: if d.dk == Dk::Rj {
+                "rejection"
+            } else {
+                "decision"
+            },
+            req: r,
+            seq: d.seq,
+            ts: d.ts,
+            duplicate: true,
+            actor: d.by,
+            extra,
+        })
+    }
+
+    /// Approve, edit or reject (protocol 7.1 to 7.3, 7.5, 8).
     fn decide(
         &mut self,
         r: usize,
@@ -1236,195 +2016,385 @@ impl Model {
         // any later decision is a replay or a `conflict` (section 3), and only an open
         // request's decision is checked against `allowed_decisions` (the ledger's order).
         self.settle(r);
+        let p = who.principal();
         let l = self.live(r).expect("interrupted");
+        let (tool, opener, open) = (l.tool, l.opener, l.st == St::Open);
+        // The reviewer's own approval that issued no ticket is its replay's key (protocol 8):
+        // the same approval is its record; another approval, or an edit, by a reviewer whose
+        // approval is counted is `approver_already_approved` (protocol 7.5), the key's
+        // conflict, so (like `idempotency_conflict`) before the request's state is looked at.
+        if let Some(pa) = l.partials.iter().find(|a| a.by.principal() == p) {
+            if dk == Dk::Ap && pa.rationale == rationale {
+                return Expect::Record(Exp {
+                    kind: "decision",
+                    req: r,
+                    seq: pa.seq,
+                    ts: pa.ts,
+                    duplicate: true,
+                    actor: pa.by,
+                    extra: ExpExtra::Decision {
+                        ticket: None,
+                        expires_at: None,
+                        counts: Some(pa.counts),
+                    },
+                });
+            }
+            // The contract lists the refusal for governed tools; the ledger refuses a second
+            // approval by the same reviewer also once a policy change left the tool
+            // ungoverned (the counted approval stays counted), and so does the model.
+            if dk != Dk::Rj {
+                return self.refuse(r, who, "decision", "approver_already_approved");
+            }
+        }
         if let Some(d) = &l.decision {
-            if d.dk != dk {
+            // Break-glass shares the decision's key, with another value (protocol 8).
+            let other_value = d.dk != dk
+                || (d.bg.is_some() && !(self.quirks.approve_replays_break_glass && dk == Dk::Ap));
+            if other_value {
                 return Expect::Error("conflict");
             }
             if d.rationale != rationale || d.edited != edited {
                 return Expect::Error("idempotency_conflict");
             }
-            let extra = match d.new_req {
-                Some((new_req, new_ticket)) => ExpExtra::Edit {
-                    new_req,
-                    new_ticket,
-                    orig_ticket: d.ticket,
-                    expires_at: d.expires.expect("an edit's new approval expires"),
-                },
-                None => ExpExtra::Decision {
-                    ticket: d.ticket,
-                    expires_at: d.expires,
-                },
-            };
-            return Expect::Record(Exp {
-                kind: if dk == Dk::Rj {
-                    "rejection"
-                } else {
-                    "decision"
-                },
-                req: r,
-                seq: d.seq,
-                ts: d.ts,
-                duplicate: true,
-                actor: d.by,
-                extra,
-            });
+            return Model::replayed(r, d);
         }
-        if l.st != St::Open {
+        if !open {
             return Expect::Error("conflict");
         }
+        // The contract does not order `decision_not_allowed` against the governed refusals;
+        // the ledger checks `allowed_decisions` first, and so does the model.
         if !allowed {
             return Expect::Error("decision_not_allowed");
         }
-        let (tool, thread, tenant, opener) = (l.tool, l.thread, l.tenant, l.opener);
-        let now = self.now;
-        let ticket = self.tickets.len();
-        match dk {
-            Dk::Ap => {
-                let expires = now + tool.ttl_secs() * SEC;
-                self.tickets.push(TicketM {
-                    id: None,
-                    req: r,
-                    tk: Tk::Approval { expires },
-                    used: false,
-                });
-                let seq = self.count;
-                let l = self.live_mut(r);
-                l.st = St::Approved;
-                l.decision = Some(Decided {
-                    dk,
-                    rationale,
-                    edited,
-                    seq,
-                    ts: now,
-                    by: who,
-                    ticket,
-                    new_req: None,
-                    expires: Some(expires),
-                });
-                self.record(
-                    "decision",
-                    r,
-                    who,
-                    ExpExtra::Decision {
-                        ticket,
-                        expires_at: Some(expires),
-                    },
-                )
+        // Governed tools (protocol 7.5), under the policy in force at this batch.
+        let t = self.gov(tool);
+        if t.governed() {
+            if p == opener.principal() {
+                return self.refuse(r, who, "decision", "approver_is_requester");
             }
-            Dk::Rj => {
-                self.tickets.push(TicketM {
-                    id: None,
-                    req: r,
-                    tk: Tk::Rejection,
-                    used: false,
-                });
-                let seq = self.count;
-                let l = self.live_mut(r);
-                l.st = St::Rejected;
-                l.decision = Some(Decided {
-                    dk,
-                    rationale,
-                    edited,
-                    seq,
-                    ts: now,
-                    by: who,
-                    ticket,
-                    new_req: None,
-                    expires: None,
-                });
-                self.record(
-                    "rejection",
-                    r,
-                    who,
-                    ExpExtra::Decision {
-                        ticket,
-                        expires_at: None,
-                    },
-                )
-            }
-            Dk::Ed => {
-                let (etool, eamount) = edited.expect("an edit has an edited action");
-                let expires = now + etool.ttl_secs() * SEC;
-                let new_req = self.reqs.len();
-                let new_ticket = ticket + 1;
-                self.tickets.push(TicketM {
-                    id: None,
-                    req: r,
-                    tk: Tk::EditTicket,
-                    used: false,
-                });
-                self.tickets.push(TicketM {
-                    id: None,
-                    req: new_req,
-                    tk: Tk::Approval { expires },
-                    used: false,
-                });
-                let seq = self.count;
-                // The edit's new request: interrupted and approved in the same write.
-                self.reqs.push(ReqM {
-                    id: None,
-                    live: Some(Live {
-                        norm: None,
-                        tool: etool,
-                        amount: eamount,
-                        thread,
-                        seq: seq + 1,
-                        ts: now,
-                        deadline: now + i64::try_from(etool.window_secs()).expect("small") * SEC,
-                        allowed: vec![Dk::Ap],
-                        st: St::Approved,
-                        revoked: false,
-                        // The edit's new request is its original's tenant's (protocol 11.5);
-                        // its interrupt and approval are the reviewer's records.
-                        tenant,
-                        opener,
-                        by: who,
-                        decision: Some(Decided {
-                            dk: Dk::Ap,
-                            rationale: None,
-                            edited: None,
-                            seq: seq + 2,
-                            ts: now,
-                            by: who,
-                            ticket: new_ticket,
-                            new_req: None,
-                            expires: Some(expires),
-                        }),
-                        revocation: None,
-                        follow_ups: BTreeMap::new(),
-                        leaves: Vec::new(),
-                    }),
-                });
-                let l = self.live_mut(r);
-                l.st = St::Edited;
-                l.decision = Some(Decided {
-                    dk,
-                    rationale,
-                    edited,
-                    seq,
-                    ts: now,
-                    by: who,
-                    ticket,
-                    new_req: Some((new_req, new_ticket)),
-                    expires: Some(expires),
-                });
-                let e = self.record(
-                    "decision",
-                    r,
-                    who,
-                    ExpExtra::Edit {
-                        new_req,
-                        new_ticket,
-                        orig_ticket: ticket,
-                        expires_at: expires,
-                    },
-                );
-                self.wrote(tenant);
-                self.wrote(tenant);
-                e
+            // Rejections are checked for the first and the last code of the table too. The
+            // contract says "rejections (the first two codes; a reviewer who approved may
+            // still reject)", which contradicts itself (the second code is the one that does
+            // not apply); the ledger refuses an outsider's rejection, and so does the model.
+            if t.approvers.is_some() && t.admitting(who).is_empty() {
+                return self.refuse(r, who, "decision", "approver_not_allowed");
             }
         }
+        // An edit is the editor's approval of the edited call: the edited tool's rules apply
+        // to it (the requester is the original's).
+        if let Some((etool, _)) = edited {
+            let te = self.gov(etool);
+            if te.governed() {
+                if p == opener.principal() {
+                    return self.refuse(r, who, "decision", "approver_is_requester");
+                }
+                if te.approvers.is_some() && te.admitting(who).is_empty() {
+                    return self.refuse(r, who, "decision", "approver_not_allowed");
+                }
+            }
+        }
+        match dk {
+            Dk::Ap => self.approve(r, who, rationale),
+            Dk::Rj => self.reject(r, who, rationale),
+            Dk::Ed => self.edit(r, who, rationale, edited.expect("an edit's action")),
+        }
+    }
+
+    /// An approval of an open request: partial while fewer than the tool's
+    /// `approvals_required` are counted with it, else closing with a ticket.
+    fn approve(&mut self, r: usize, who: Who, rationale: Option<String>) -> Expect {
+        let now = self.now;
+        let l = self.live(r).expect("interrupted");
+        let t = self.gov(l.tool);
+        let tool = l.tool;
+        let n = l.counted.len() as u64 + 1;
+        let of = t.required;
+        let counts = (of > 1).then_some((n, of));
+        let approved_as = t.approvers.map(|_| t.admitting(who));
+        let seq = self.count;
+        if n < of {
+            let l = self.live_mut(r);
+            l.partials.push(Partial {
+                by: who,
+                rationale: rationale.clone(),
+                seq,
+                ts: now,
+                counts: (n, of),
+            });
+            l.counted.push((who.principal(), seq));
+            let body = DecisionBody {
+                decision: "approve",
+                rationale,
+                ticket: None,
+                expires: None,
+                counts,
+                approved_as,
+                bg: None,
+                superseded_by: None,
+            };
+            return self.record(
+                "decision",
+                r,
+                who,
+                ExpExtra::Decision {
+                    ticket: None,
+                    expires_at: None,
+                    counts,
+                },
+                body.wants(),
+            );
+        }
+        let expires = now + tool.ttl_secs() * SEC;
+        let ticket = self.tickets.len();
+        self.tickets.push(TicketM {
+            id: None,
+            req: r,
+            tk: Tk::Approval { expires },
+            used: false,
+        });
+        let l = self.live_mut(r);
+        l.st = St::Approved;
+        l.counted.push((who.principal(), seq));
+        l.decision = Some(Decided {
+            dk: Dk::Ap,
+            rationale: rationale.clone(),
+            edited: None,
+            bg: None,
+            seq,
+            ts: now,
+            by: who,
+            ticket,
+            new_req: None,
+            expires: Some(expires),
+            counts,
+        });
+        let body = DecisionBody {
+            decision: "approve",
+            rationale,
+            ticket: Some(ticket),
+            expires: Some(expires),
+            counts,
+            approved_as,
+            bg: None,
+            superseded_by: None,
+        };
+        self.record(
+            "decision",
+            r,
+            who,
+            ExpExtra::Decision {
+                ticket: Some(ticket),
+                expires_at: Some(expires),
+                counts,
+            },
+            body.wants(),
+        )
+    }
+
+    fn reject(&mut self, r: usize, who: Who, rationale: Option<String>) -> Expect {
+        let now = self.now;
+        let ticket = self.tickets.len();
+        self.tickets.push(TicketM {
+            id: None,
+            req: r,
+            tk: Tk::Rejection,
+            used: false,
+        });
+        let seq = self.count;
+        let l = self.live_mut(r);
+        l.st = St::Rejected;
+        l.decision = Some(Decided {
+            dk: Dk::Rj,
+            rationale: rationale.clone(),
+            edited: None,
+            bg: None,
+            seq,
+            ts: now,
+            by: who,
+            ticket,
+            new_req: None,
+            expires: None,
+            counts: None,
+        });
+        let body = vec![
+            ("rationale", Want::Eq(opt_json(rationale.as_deref()))),
+            ("ticket_id", Want::Ticket(ticket)),
+            ("approved_as", Want::Absent),
+        ];
+        self.record(
+            "rejection",
+            r,
+            who,
+            ExpExtra::Decision {
+                ticket: Some(ticket),
+                expires_at: None,
+                counts: None,
+            },
+            body,
+        )
+    }
+
+    /// An edit (protocol 7.3, 7.5): the original closed as edited, the new request's
+    /// interrupt, and the editor's approval of it (partial when the edited tool needs more).
+    fn edit(
+        &mut self,
+        r: usize,
+        who: Who,
+        rationale: Option<String>,
+        (etool, eamount): (Tool, u8),
+    ) -> Expect {
+        let now = self.now;
+        let l = self.live(r).expect("interrupted");
+        let (thread, tenant, opener, otool) = (l.thread, l.tenant, l.opener, l.tool);
+        let to = self.gov(otool);
+        let te = self.gov(etool);
+        let of = te.required;
+        let partial = of > 1;
+        let counts = partial.then_some((1, of));
+        let expires = now + etool.ttl_secs() * SEC;
+        let new_req = self.reqs.len();
+        let ticket = self.tickets.len();
+        self.tickets.push(TicketM {
+            id: None,
+            req: r,
+            tk: Tk::EditTicket,
+            used: false,
+        });
+        let new_ticket = (!partial).then(|| {
+            self.tickets.push(TicketM {
+                id: None,
+                req: new_req,
+                tk: Tk::Approval { expires },
+                used: false,
+            });
+            ticket + 1
+        });
+        let new_expires = new_ticket.map(|_| expires);
+        let seq = self.count;
+        let deadline = now + i64::try_from(etool.window_secs()).expect("small") * SEC;
+        // The edit's new request: interrupted and approved (or partly) in the same write. It
+        // is its original's tenant's (protocol 11.5); its interrupt and approval are the
+        // reviewer's records.
+        self.reqs.push(ReqM {
+            id: None,
+            live: Some(Live {
+                norm: None,
+                tool: etool,
+                amount: eamount,
+                thread,
+                seq: seq + 1,
+                ts: now,
+                deadline,
+                allowed: vec![Dk::Ap],
+                st: if partial { St::Open } else { St::Approved },
+                revoked: false,
+                tenant,
+                opener,
+                by: who,
+                decision: new_ticket.map(|t| Decided {
+                    dk: Dk::Ap,
+                    rationale: rationale.clone(),
+                    edited: None,
+                    bg: None,
+                    seq: seq + 2,
+                    ts: now,
+                    by: who,
+                    ticket: t,
+                    new_req: None,
+                    expires: Some(expires),
+                    counts: None,
+                }),
+                revocation: None,
+                follow_ups: BTreeMap::new(),
+                leaves: Vec::new(),
+                partials: if partial {
+                    vec![Partial {
+                        by: who,
+                        rationale: rationale.clone(),
+                        seq: seq + 2,
+                        ts: now,
+                        counts: (1, of),
+                    }]
+                } else {
+                    Vec::new()
+                },
+                counted: vec![(who.principal(), seq + 2)],
+                review: None,
+            }),
+        });
+        let l = self.live_mut(r);
+        l.st = St::Edited;
+        l.decision = Some(Decided {
+            dk: Dk::Ed,
+            rationale: rationale.clone(),
+            edited: Some((etool, eamount)),
+            bg: None,
+            seq,
+            ts: now,
+            by: who,
+            ticket,
+            new_req: Some((new_req, new_ticket)),
+            expires: new_expires,
+            counts,
+        });
+        let edit_body = DecisionBody {
+            decision: "edit",
+            rationale: rationale.clone(),
+            ticket: Some(ticket),
+            expires: None,
+            counts: None,
+            approved_as: to.approvers.map(|_| to.admitting(who)),
+            bg: None,
+            superseded_by: Some(new_req),
+        };
+        let e = self.record(
+            "decision",
+            r,
+            who,
+            ExpExtra::Edit {
+                new_req,
+                new_ticket,
+                orig_ticket: ticket,
+                expires_at: new_expires,
+                counts,
+            },
+            edit_body.wants(),
+        );
+        let policy = self.policy_seq();
+        self.wrote(RecM {
+            kind: "interrupt",
+            req: Some(new_req),
+            actor: who,
+            ts: now,
+            body: vec![
+                ("policy", Want::LeafOf(policy)),
+                ("tool", Want::Eq(json!(etool.name()))),
+                ("edit_of", Want::Rid(r)),
+                ("allowed_decisions", Want::Eq(json!(["approve"]))),
+                ("expires_at", Want::Ts(deadline)),
+            ],
+        });
+        // The contract does not say which rationale the new request's approval carries; the
+        // ledger records the edit's, and the model expects it (a replay compares it).
+        let approval = DecisionBody {
+            decision: "approve",
+            rationale: rationale.clone(),
+            ticket: new_ticket,
+            expires: new_expires,
+            counts,
+            approved_as: te.approvers.map(|_| te.admitting(who)),
+            bg: None,
+            superseded_by: None,
+        };
+        let body = approval.wants();
+        self.wrote(RecM {
+            kind: "decision",
+            req: Some(new_req),
+            actor: who,
+            ts: now,
+            body,
+        });
+        e
     }
 
     fn authorize(
@@ -1449,17 +2419,9 @@ impl Model {
             Some(l) => (l.tool, l.amount),
             None => (Refund, 1),
         };
-        let presented = match what {
-            SameAction | BadAction => (rtool, ramount),
-            OtherAmountAction(a) => (rtool, a),
-            OtherToolAction(t) => (t, ramount),
-        };
+        let presented = presented_action(what, rtool, ramount);
         let mut body = json!({"ticket_id": ticket});
-        body["action"] = if what == BadAction {
-            json!({"tool": rtool.name()})
-        } else {
-            action_json(presented.0, presented.1)
-        };
+        body["action"] = action_body(what, presented, rtool);
         if let Some(a) = &attempt {
             body["attempt_id"] = json!(a);
         }
@@ -1481,6 +2443,24 @@ impl Model {
             return (call, Expect::Error("invalid_action"));
         }
         self.settle(r);
+        // A paused tool (the request's or the presented action's) denies before every other
+        // check, a retried attempt's earlier grant included (protocol 7.4).
+        if self.gov(rtool).mode == Paused || self.gov(presented.0).mode == Paused {
+            let auth = AuthExp {
+                granted: false,
+                code: Some("tool_paused"),
+                would_deny: None,
+                observe: false,
+                ticket,
+                attempt,
+                key_req: None,
+                ticket_expires: None,
+            };
+            return (
+                call,
+                self.record("authorization", r, who, ExpExtra::Auth(auth), Vec::new()),
+            );
+        }
         // A retried attempt whose earlier evaluation was granted.
         if let Some(a) = &attempt
             && let Some(g) = self.grants.iter().find(|g| {
@@ -1524,7 +2504,7 @@ impl Model {
                 },
             }
         };
-        let observe = l.tool.observed() && presented.0.observed();
+        let observe = self.gov(l.tool).mode == Observed && self.gov(presented.0).mode == Observed;
         let ticket_expires = if l.st == St::Open {
             None
         } else {
@@ -1559,7 +2539,7 @@ impl Model {
         }
         (
             call,
-            self.record("authorization", r, who, ExpExtra::Auth(auth)),
+            self.record("authorization", r, who, ExpExtra::Auth(auth), Vec::new()),
         )
     }
 
@@ -1595,7 +2575,8 @@ impl Model {
                 l.st = St::Revoked;
                 l.revoked = true;
                 l.revocation = Some((reason.to_string(), seq, now, who));
-                self.record("revocation", r, who, ExpExtra::Plain)
+                let body = vec![("reason", Want::Eq(json!(reason)))];
+                self.record("revocation", r, who, ExpExtra::Plain, body)
             }
             _ => Expect::Error("conflict"),
         }
@@ -1668,13 +2649,287 @@ impl Model {
         let (seq, now) = (self.count, self.now);
         self.live_mut(r)
             .follow_ups
-            .insert(id, (follows, outcome_s.to_string(), seq, now, who));
-        (call, self.record("follow_up", r, who, ExpExtra::Plain))
+            .insert(id, (follows.clone(), outcome_s.to_string(), seq, now, who));
+        let body = vec![
+            ("follows", Want::Eq(json!(follows))),
+            ("outcome", Want::Eq(json!(outcome_s))),
+        ];
+        (
+            call,
+            self.record("follow_up", r, who, ExpExtra::Plain, body),
+        )
+    }
+
+    /// `PUT /v1/policy` (protocol 12): an invalid document is refused before anything
+    /// (`invalid_policy`), only an admin records one, and the document in force sent again is
+    /// its record.
+    fn set_policy(&mut self, doc: &Doc, who: Who) -> Expect {
+        if !doc.valid() {
+            return Expect::Error("invalid_policy");
+        }
+        if who.role() != "admin" {
+            return Expect::Error("forbidden");
+        }
+        let (current, seq) = &self.policies[self.in_force];
+        if current.json() == doc.json() {
+            let rec = &self.log[usize::try_from(*seq).expect("small")];
+            return Expect::Policy {
+                seq: *seq,
+                ts: rec.ts,
+                duplicate: true,
+                actor: rec.actor,
+                doc: doc.clone(),
+            };
+        }
+        let seq = self.wrote(RecM {
+            kind: "policy",
+            req: None,
+            actor: who,
+            ts: self.now,
+            body: vec![
+                ("policy", Want::Eq(doc.json())),
+                ("policy_digest", Want::Eq(json!(doc.digest()))),
+            ],
+        });
+        self.policies.push((doc.clone(), seq));
+        self.in_force = self.policies.len() - 1;
+        Expect::Policy {
+            seq,
+            ts: self.now,
+            duplicate: false,
+            actor: who,
+            doc: doc.clone(),
+        }
+    }
+
+    /// `POST /v1/requests/{id}/break-glass` (protocol 7.6).
+    fn break_glass(&mut self, r: usize, who: Who, what: What, reason: u8) -> (Call, Expect) {
+        let (rtool, ramount) = match self.live(r) {
+            Some(l) => (l.tool, l.amount),
+            None => (Refund, 1),
+        };
+        let presented = presented_action(what, rtool, ramount);
+        let reason_s = match reason % 4 {
+            0 => None,
+            1 => Some("  "),
+            2 => Some("outage"),
+            _ => Some("fraud in progress"),
+        };
+        let mut body = json!({"action": action_body(what, presented, rtool)});
+        if let Some(t) = reason_s {
+            body["reason"] = json!(t);
+        }
+        let call = Call::Append {
+            kind: "break_glass",
+            rid: Some(self.rid(r)),
+            body,
+            who,
+        };
+        // The body is checked before the ledger sees it (its action first, then the reason):
+        // neither refusal is recorded.
+        if what == BadAction {
+            return (call, Expect::Error("invalid_action"));
+        }
+        let Some(reason) = reason_s else {
+            return (call, Expect::Error("missing_field"));
+        };
+        if reason.trim().is_empty() {
+            return (call, Expect::Error("invalid_request"));
+        }
+        // Another tenant's request is unknown, not recorded (protocol 7.6, 11.5).
+        if let Some(e) = self.unreached(r, who) {
+            return (call, e);
+        }
+        self.settle(r);
+        if who.role() != "break_glass" {
+            return (call, self.refuse(r, who, "break-glass", "forbidden"));
+        }
+        let l = self.live(r).expect("interrupted");
+        let same_action = presented == (l.tool, l.amount);
+        if let Some(d) = &l.decision {
+            // The decision's key, shared with approve, edit and reject (protocol 8): another
+            // value is a `conflict`, the same value with other content (reason, action) an
+            // `idempotency_conflict`, the same call its record.
+            if d.bg.is_none() {
+                return (call, Expect::Error("conflict"));
+            }
+            let same = d.bg.as_deref() == Some(reason) && same_action;
+            if self.quirks.break_glass_replay_is_conflict {
+                if !same || d.by != who {
+                    return (call, Expect::Error("conflict"));
+                }
+            } else if !same {
+                return (call, Expect::Error("idempotency_conflict"));
+            }
+            return (call, Model::replayed(r, d));
+        }
+        if l.st != St::Open {
+            return (call, Expect::Error("conflict"));
+        }
+        let tool = l.tool;
+        if !self.gov(tool).break_glass {
+            return (
+                call,
+                self.refuse(r, who, "break-glass", "break_glass_not_allowed"),
+            );
+        }
+        if !same_action {
+            return (
+                call,
+                self.refuse(r, who, "break-glass", "break_glass_action_mismatch"),
+            );
+        }
+        let now = self.now;
+        let expires = now + tool.ttl_secs() * SEC;
+        let ticket = self.tickets.len();
+        self.tickets.push(TicketM {
+            id: None,
+            req: r,
+            tk: Tk::Approval { expires },
+            used: false,
+        });
+        let seq = self.count;
+        let l = self.live_mut(r);
+        l.st = St::Approved;
+        // The contract does not say whether a break-glass decision is among the request's
+        // counted `approvals` (it "ignores approvers and approvals_required"); the ledger
+        // lists it, and so does the model.
+        l.counted.push((who.principal(), seq));
+        l.decision = Some(Decided {
+            dk: Dk::Ap,
+            rationale: None,
+            edited: None,
+            bg: Some(reason.to_string()),
+            seq,
+            ts: now,
+            by: who,
+            ticket,
+            new_req: None,
+            expires: Some(expires),
+            counts: None,
+        });
+        let body = DecisionBody {
+            decision: "approve",
+            rationale: None,
+            ticket: Some(ticket),
+            expires: Some(expires),
+            counts: None,
+            approved_as: None,
+            bg: Some(reason.to_string()),
+            superseded_by: None,
+        };
+        let e = self.record(
+            "decision",
+            r,
+            who,
+            ExpExtra::Decision {
+                ticket: Some(ticket),
+                expires_at: Some(expires),
+                counts: None,
+            },
+            body.wants(),
+        );
+        (call, e)
+    }
+
+    /// `POST /v1/requests/{id}/review` (protocol 7.6).
+    fn review(&mut self, r: usize, who: Who, disputed: bool, rationale: u8) -> (Call, Expect) {
+        let rationale_s = ["   ", "justified", "no emergency"][usize::from(rationale) % 3];
+        let verdict = if disputed { "disputed" } else { "acknowledged" };
+        let call = Call::Append {
+            kind: "review",
+            rid: Some(self.rid(r)),
+            body: json!({"verdict": verdict, "rationale": rationale_s}),
+            who,
+        };
+        if rationale_s.trim().is_empty() {
+            return (call, Expect::Error("invalid_request"));
+        }
+        if let Some(e) = self.unreached(r, who) {
+            return (call, e);
+        }
+        self.settle(r);
+        let l = self.live(r).expect("interrupted");
+        let Some(d) = l.decision.as_ref().filter(|d| d.bg.is_some()) else {
+            return (call, Expect::Error("no_break_glass"));
+        };
+        let (bg_seq, bg_by) = (d.seq, d.by);
+        if let Some(rv) = &l.review {
+            if rv.disputed != disputed || rv.rationale != rationale_s {
+                return (call, Expect::Error("idempotency_conflict"));
+            }
+            let e = Exp {
+                kind: "review",
+                req: r,
+                seq: rv.seq,
+                ts: rv.ts,
+                duplicate: true,
+                actor: rv.by,
+                extra: ExpExtra::Plain,
+            };
+            return (call, Expect::Record(e));
+        }
+        if who.principal() == bg_by.principal() {
+            return (
+                call,
+                self.refuse(r, who, "review", "reviewer_is_break_glass_user"),
+            );
+        }
+        let (seq, now) = (self.count, self.now);
+        self.live_mut(r).review = Some(Reviewed {
+            disputed,
+            rationale: rationale_s.to_string(),
+            seq,
+            ts: now,
+            by: who,
+        });
+        let body = vec![
+            ("reviews", Want::LeafOf(bg_seq)),
+            ("verdict", Want::Eq(json!(verdict))),
+            ("rationale", Want::Eq(json!(rationale_s))),
+        ];
+        (call, self.record("review", r, who, ExpExtra::Plain, body))
+    }
+
+    /// The break-glass uses awaiting review that `who` reaches, oldest first: (request, seq).
+    fn queue(&self, who: Who) -> Vec<(usize, u64)> {
+        let mut v: Vec<(usize, u64)> = self
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| q.live.as_ref().map(|l| (i, l)))
+            .filter(|(_, l)| l.review.is_none() && who.reaches(l.tenant))
+            .filter_map(|(i, l)| {
+                l.decision
+                    .as_ref()
+                    .filter(|d| d.bg.is_some())
+                    .map(|d| (i, d.seq))
+            })
+            .collect();
+        v.sort_by_key(|&(_, seq)| seq);
+        v
+    }
+}
+
+/// The action presented: the request's, or another.
+fn presented_action(what: What, rtool: Tool, ramount: u8) -> (Tool, u8) {
+    match what {
+        SameAction | BadAction => (rtool, ramount),
+        OtherAmountAction(a) => (rtool, a),
+        OtherToolAction(t) => (t, ramount),
+    }
+}
+
+fn action_body(what: What, presented: (Tool, u8), rtool: Tool) -> Value {
+    if what == BadAction {
+        json!({"tool": rtool.name()})
+    } else {
+        action_json(presented.0, presented.1)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Comparing the ledger's answers with the model's.
+// Comparing the ledger's answers and records with the model's.
 
 fn ts_micros(v: &Value) -> Option<i64> {
     Timestamp::parse(v.as_str()?).ok().map(Timestamp::micros)
@@ -1704,6 +2959,26 @@ macro_rules! same {
     }};
 }
 
+/// An answer's `approvals` and `approvals_required`: present exactly when the model counts.
+fn check_counts(a: &Value, counts: Option<(u64, u64)>) -> Result<(), String> {
+    let got = match (a.get("approvals"), a.get("approvals_required")) {
+        (None, None) => None,
+        (n, of) => Some((
+            n.and_then(Value::as_u64).unwrap_or(u64::MAX),
+            of.and_then(Value::as_u64).unwrap_or(u64::MAX),
+        )),
+    };
+    same!("answer (approvals, approvals_required)", got, counts);
+    Ok(())
+}
+
+fn leaf_hash_of(leaf: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update([0u8]);
+    h.update(leaf);
+    hex(&h.finalize())
+}
+
 impl Model {
     /// Learns an id the ledger made, or checks one the model already knows.
     fn learn_ticket(&mut self, t: usize, got: &Value) -> Result<(), String> {
@@ -1720,6 +2995,17 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// Learns the answer's ticket, or checks that it has none (a partial approval).
+    fn learn_opt_ticket(&mut self, t: Option<usize>, got: &Value) -> Result<(), String> {
+        match t {
+            Some(t) => self.learn_ticket(t, got),
+            None => {
+                same!("ticket_id of a partial approval", got, &Value::Null);
+                Ok(())
+            }
+        }
     }
 
     fn check_record(&mut self, e: &Exp, a: &Value) -> Result<(), String> {
@@ -1747,10 +3033,15 @@ impl Model {
                     Some(*expires_at)
                 );
             }
-            ExpExtra::Decision { ticket, expires_at } => {
-                self.learn_ticket(*ticket, &a["ticket_id"])?;
+            ExpExtra::Decision {
+                ticket,
+                expires_at,
+                counts,
+            } => {
+                self.learn_opt_ticket(*ticket, &a["ticket_id"])?;
                 same!("body ticket_id", &body["ticket_id"], &a["ticket_id"]);
                 same!("expires_at", opt_ts(&a["expires_at"])?, *expires_at);
+                check_counts(a, *counts)?;
                 if e.kind == "decision" {
                     same!("decision", body["decision"].as_str(), Some("approve"));
                     same!("body expires_at", opt_ts(&body["expires_at"])?, *expires_at);
@@ -1761,6 +3052,7 @@ impl Model {
                 new_ticket,
                 orig_ticket,
                 expires_at,
+                counts,
             } => {
                 let nid = a["new_request_id"]
                     .as_str()
@@ -1779,7 +3071,7 @@ impl Model {
                         self.reqs[*new_req].id = Some(nid.clone());
                     }
                 }
-                self.learn_ticket(*new_ticket, &a["ticket_id"])?;
+                self.learn_opt_ticket(*new_ticket, &a["ticket_id"])?;
                 self.learn_ticket(*orig_ticket, &body["ticket_id"])?;
                 same!("decision", body["decision"].as_str(), Some("edit"));
                 same!(
@@ -1788,11 +3080,16 @@ impl Model {
                     Some(nid.as_str())
                 );
                 same!("edit body expires_at", &body["expires_at"], &Value::Null);
-                same!("expires_at", opt_ts(&a["expires_at"])?, Some(*expires_at));
+                same!("expires_at", opt_ts(&a["expires_at"])?, *expires_at);
+                check_counts(a, *counts)?;
             }
             ExpExtra::Auth(x) => {
                 same!("granted", a["granted"].as_bool(), Some(x.granted));
                 same!("code", a["code"].as_str(), x.code);
+                // A paused tool's denial tells the host where to go (protocol 7.4).
+                let route = (x.code == Some("tool_paused")).then_some("manual_operator");
+                same!("route", a.get("route").and_then(Value::as_str), route);
+                same!("route present", a.get("route").is_some(), route.is_some());
                 let key = x.key_req.map(|r| idempotency_key(&self.rid(r)));
                 same!(
                     "idempotency_key",
@@ -1839,15 +3136,68 @@ impl Model {
     fn check(&mut self, e: &Expect, got: Result<Value, String>) -> Result<(), String> {
         match (e, got) {
             (Expect::Nothing, _) => Ok(()),
-            (Expect::Error(code) | Expect::Unreached(code), Err(g)) => {
+            (Expect::Error(code) | Expect::Unreached(code) | Expect::Refused(code), Err(g)) => {
                 same!("error", g.as_str(), *code);
                 Ok(())
             }
-            (Expect::State(st), Ok(v)) => {
+            (
+                Expect::State {
+                    st,
+                    approvals,
+                    required,
+                },
+                Ok(v),
+            ) => {
                 same!("state", v["state"].as_str(), Some(st.name()));
+                let got: Vec<(String, u64)> = v["approvals"]
+                    .as_array()
+                    .ok_or("a request read answers approvals")?
+                    .iter()
+                    .map(|a| {
+                        (
+                            a["principal"].as_str().unwrap_or("?").to_string(),
+                            a["seq"].as_u64().unwrap_or(u64::MAX),
+                        )
+                    })
+                    .collect();
+                let want: Vec<(String, u64)> =
+                    approvals.iter().map(|(p, s)| (p.to_string(), *s)).collect();
+                same!("approvals (principal, seq)", got, want);
+                same!(
+                    "approvals_required",
+                    v["approvals_required"].as_u64(),
+                    Some(*required)
+                );
                 Ok(())
             }
             (Expect::Record(x), Ok(a)) => self.check_record(x, &a),
+            (
+                Expect::Policy {
+                    seq,
+                    ts,
+                    duplicate,
+                    actor,
+                    doc,
+                },
+                Ok(a),
+            ) => {
+                let rec = &a["record"];
+                same!("kind", rec["kind"].as_str(), Some("policy"));
+                same!("duplicate", a["duplicate"].as_bool(), Some(*duplicate));
+                same!("seq", a["seq"].as_u64(), Some(*seq));
+                same!("record seq", rec["seq"].as_u64(), Some(*seq));
+                same!("ts", ts_micros(&rec["ts"]), Some(*ts));
+                same!("thread_id", rec["thread_id"].as_str(), Some(POLICY_THREAD));
+                same!("request_id", &rec["request_id"], &Value::Null);
+                same!("actor", &rec["actor"], &actor.recorded());
+                same!("policy", &rec["body"]["policy"], &doc.json());
+                same!(
+                    "policy_digest",
+                    rec["body"]["policy_digest"].as_str(),
+                    Some(doc.digest().as_str())
+                );
+                Ok(())
+            }
             (Expect::Swept { first_seq, items }, Ok(a)) => {
                 let list = a["timeouts"].as_array().ok_or("no timeouts")?;
                 let mut got = Vec::new();
@@ -1863,18 +3213,20 @@ impl Model {
                         .iter()
                         .position(|q| q.id.as_deref() == Some(rid))
                         .ok_or_else(|| format!("a timeout of unknown request {rid}"))?;
-                    got.push((r, ts_micros(&rec["body"]["expires_at"]).unwrap_or(-1)));
+                    let deadline = ts_micros(&rec["body"]["expires_at"]).unwrap_or(-1);
+                    got.push((r, deadline));
                     if let Some(l) = self.reqs[r].live.as_mut() {
                         l.leaves
                             .push(t["leaf_hash"].as_str().unwrap_or_default().to_string());
-                        // The contract leaves the order of one sweep's timeouts open: the
-                        // model learns it here (the set is checked below).
-                        if let Some(slot) = usize::try_from(first_seq + i as u64)
-                            .ok()
-                            .and_then(|seq| self.record_tenants.get_mut(seq))
-                        {
-                            *slot = l.tenant;
-                        }
+                    }
+                    // The contract leaves the order of one sweep's timeouts open: the model
+                    // learns it here (the set is checked below).
+                    if let Some(slot) = usize::try_from(first_seq + i as u64)
+                        .ok()
+                        .and_then(|seq| self.log.get_mut(seq))
+                    {
+                        slot.req = Some(r);
+                        slot.body = vec![("expires_at", Want::Ts(deadline))];
                     }
                 }
                 got.sort_unstable();
@@ -1890,6 +3242,76 @@ impl Model {
     }
 }
 
+/// The records from `from` to the model's count, read from the ledger, against the model's
+/// log: kind, seq, ts, request, thread, actor, and the body members the model predicts.
+fn check_log(ledger: &Ledger, model: &Model, from: u64) -> Result<(), String> {
+    let leaf_hash_at = |seq: u64| -> Result<String, String> {
+        let leaf = ledger
+            .leaf(seq)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no record {seq}"))?;
+        Ok(leaf_hash_of(&leaf))
+    };
+    for seq in from..model.count {
+        let want = &model.log[usize::try_from(seq).expect("small")];
+        let at = |m: String| format!("record {seq} ({}): {m}", want.kind);
+        let leaf = ledger
+            .leaf(seq)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| at("missing".into()))?;
+        let rec: Value = serde_json::from_slice(&leaf).map_err(|e| at(e.to_string()))?;
+        let check = || -> Result<(), String> {
+            same!("kind", rec["kind"].as_str(), Some(want.kind));
+            same!("seq", rec["seq"].as_u64(), Some(seq));
+            same!("ts", ts_micros(&rec["ts"]), Some(want.ts));
+            same!("actor", &rec["actor"], &want.actor.recorded());
+            match want.req {
+                Some(r) => {
+                    same!(
+                        "request_id",
+                        rec["request_id"].as_str(),
+                        Some(model.rid(r).as_str())
+                    );
+                    let thread = model.live(r).map(|l| thread_name(l.thread));
+                    same!("thread_id", rec["thread_id"].as_str(), thread.as_deref());
+                }
+                None => {
+                    same!("request_id", &rec["request_id"], &Value::Null);
+                    same!("thread_id", rec["thread_id"].as_str(), Some(POLICY_THREAD));
+                }
+            }
+            let body = rec["body"].as_object().ok_or("no body")?;
+            for (k, w) in &want.body {
+                let got = body.get(*k);
+                let what = format!("body {k}");
+                match w {
+                    Want::Absent => same!(what, got, None::<&Value>),
+                    Want::Eq(v) => same!(what, got, Some(v)),
+                    Want::OneOf(vs) => {
+                        if !got.is_some_and(|g| vs.contains(g)) {
+                            return Err(format!(
+                                "{what}: the ledger has {got:?}, the model one of {vs:?}"
+                            ));
+                        }
+                    }
+                    Want::Ticket(t) => {
+                        let id = model.tickets[*t].id.as_deref().map(|s| json!(s));
+                        same!(what, got, id.as_ref());
+                    }
+                    Want::Rid(r) => same!(what, got, Some(&json!(model.rid(*r)))),
+                    Want::LeafOf(s) => {
+                        same!(what, got, Some(&json!(leaf_hash_at(*s)?)));
+                    }
+                    Want::Ts(t) => same!(what, got.and_then(ts_micros), Some(*t)),
+                }
+            }
+            Ok(())
+        };
+        check().map_err(at)?;
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running a scenario against the ledger.
 
@@ -1899,13 +3321,18 @@ struct Tally(BTreeMap<String, u64>);
 
 static TALLY: Mutex<Tally> = Mutex::new(Tally(BTreeMap::new()));
 
-fn outcome_label(e: &Expect) -> String {
+fn outcome_label(step: &Step, e: &Expect) -> String {
+    let dup = |d: bool| if d { " (duplicate)" } else { "" };
     match e {
         Expect::Nothing => "nothing".into(),
         Expect::Error(c) => format!("error {c}"),
         Expect::Unreached(c) => format!("error {c} (other tenant)"),
-        Expect::State(s) => format!("read {}", s.name()),
+        Expect::Refused(c) => format!("refused {c} (recorded)"),
+        Expect::State { st, approvals, .. } => {
+            format!("read {} ({} approvals)", st.name(), approvals.len().min(2))
+        }
         Expect::Swept { items, .. } => format!("sweep {}", items.len().min(2)),
+        Expect::Policy { duplicate, .. } => format!("policy{}", dup(*duplicate)),
         Expect::Record(x) => match &x.extra {
             ExpExtra::Auth(a) => {
                 let what = match (a.code, a.would_deny) {
@@ -1920,11 +3347,25 @@ fn outcome_label(e: &Expect) -> String {
                     if x.duplicate { " (retry)" } else { "" }
                 )
             }
-            _ => format!(
-                "{}{}",
-                x.kind,
-                if x.duplicate { " (duplicate)" } else { "" }
+            ExpExtra::Decision { ticket, counts, .. } if x.kind == "decision" => {
+                let what = match (step, ticket, counts) {
+                    (BreakGlass { .. }, _, _) => "break-glass decision".to_string(),
+                    (_, None, _) => "partial approval".to_string(),
+                    (_, Some(_), Some((n, of))) => format!("approval {n} of {of}"),
+                    (_, Some(_), None) => "decision".to_string(),
+                };
+                format!("{what}{}", dup(x.duplicate))
+            }
+            ExpExtra::Edit { new_ticket, .. } => format!(
+                "edit{}{}",
+                if new_ticket.is_none() {
+                    " (its approval partial)"
+                } else {
+                    ""
+                },
+                dup(x.duplicate)
             ),
+            _ => format!("{}{}", x.kind, dup(x.duplicate)),
         },
     }
 }
@@ -1943,11 +3384,12 @@ struct Queued {
 }
 
 /// Commits the queued operations as one batch (one atomic write, one checkpoint; a single one
-/// through `execute_one`), checks every answer, then the record count and every request's
-/// state.
+/// through `execute_one`), checks every answer, then every record written, the record count,
+/// every request's state and the review queue.
 fn flush(
     ledger: &Ledger,
     model: &mut Model,
+    checked: &mut u64,
     queue: &mut Vec<Queued>,
     steps: &[Step],
 ) -> Result<(), String> {
@@ -1982,10 +3424,20 @@ fn flush(
             )
         })?;
     }
-    check_stored(ledger, model).map_err(|m| format!("after {} (batch of {batch}): {m}", at(last)))
+    check_written(ledger, model, checked)
+        .map_err(|m| format!("after {} (batch of {batch}): {m}", at(last)))
 }
 
-/// The record count and every request's state, against the model.
+/// The records written since the last check, then the stored state.
+fn check_written(ledger: &Ledger, model: &Model, checked: &mut u64) -> Result<(), String> {
+    check_stored(ledger, model)?;
+    check_log(ledger, model, *checked)?;
+    *checked = model.count;
+    Ok(())
+}
+
+/// The record count, every request's state and tenant, and the break-glass review queue,
+/// against the model.
 fn check_stored(ledger: &Ledger, model: &Model) -> Result<(), String> {
     let size = ledger.head().map_err(|e| e.to_string())?.size;
     if size != model.count {
@@ -2014,6 +3466,40 @@ fn check_stored(ledger: &Ledger, model: &Model) -> Result<(), String> {
             format!("request {rid}'s tenant"),
             tenant.as_deref(),
             q.live.as_ref().map(|l| l.tenant)
+        );
+    }
+    // What needs an answer (protocol 11.2): open requests before their review deadline,
+    // partial approvals included (protocol 7.5: "the request stays open and pending").
+    let got: Vec<(String, u64, i64)> = ledger
+        .pending()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|p| (p.request_id, p.seq, p.expires_at.micros()))
+        .collect();
+    let mut want: Vec<(String, u64, i64)> = (0..model.reqs.len())
+        .filter_map(|r| model.live(r).map(|l| (r, l)))
+        .filter(|(_, l)| l.st == St::Open && model.now < l.deadline)
+        .map(|(r, l)| (model.rid(r), l.seq, l.deadline))
+        .collect();
+    want.sort_by_key(|w| w.1);
+    same!("pending (request, seq, deadline)", got, want);
+    // The post-event review queue (protocol 7.6), for an unscoped and a scoped reviewer.
+    for who in [Who::Reviewer(Alice), Who::Reviewer(ScopedAcme)] {
+        let got: Vec<(String, u64)> = ledger
+            .break_glass_queue(&who.actor())
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|u| (u.request_id, u.record.seq))
+            .collect();
+        let want: Vec<(String, u64)> = model
+            .queue(who)
+            .into_iter()
+            .map(|(r, seq)| (model.rid(r), seq))
+            .collect();
+        same!(
+            format!("the break-glass review queue of {}", who.principal()),
+            got,
+            want
         );
     }
     Ok(())
@@ -2051,11 +3537,15 @@ fn stream_seqs(ledger: &Ledger, audience: Audience) -> Result<Vec<u64>, String> 
 }
 
 /// Each audience's decision stream against the model: an agent's tenant, a scoped token's
-/// tenants, and everything (protocol 11.4 and 11.5).
+/// tenants, and everything (protocol 11.4 and 11.5). Policy records belong to no tenant.
 fn check_streams(ledger: &Ledger, model: &Model) -> Result<(), String> {
     let of = |ts: &[&str]| -> Vec<u64> {
         (0..model.count)
-            .filter(|&seq| ts.contains(&model.record_tenants[seq as usize]))
+            .filter(|&seq| {
+                model
+                    .tenant_of(&model.log[seq as usize])
+                    .is_some_and(|t| ts.contains(&t))
+            })
             .collect()
     };
     let audiences: [&[&str]; 4] = [&[ACME], &[BOT_B], &[BOT_B, ACME], &["nobody"]];
@@ -2075,20 +3565,36 @@ fn check_streams(ledger: &Ledger, model: &Model) -> Result<(), String> {
     Ok(())
 }
 
+/// A request read as `GET /v1/requests/{id}` answers it, its due timeout recorded first.
+fn read_request(ledger: &Ledger, rid: &str) -> Result<Value, String> {
+    ledger.request_after_timeout(rid).map_err(|e| code_of(&e))?;
+    let page = ledger
+        .request_page(rid, None, 10_000)
+        .map_err(|e| code_of(&e))?;
+    serde_json::from_str(&hitl_ledger::wire::request_page_text(&page)).map_err(|e| e.to_string())
+}
+
 /// Runs one scenario on a fresh ledger; the number of steps.
 ///
 /// # Errors
 /// Where the ledger and the model part, with the step.
 pub fn run_scenario(sc: &Scenario) -> Result<usize, String> {
-    run_labelled(sc).map(|labels| labels.len())
+    run_labelled(sc, Quirks::LEDGER).map(|labels| labels.len())
 }
 
-/// As [`run_scenario`]; the model's answer to each step (its error code, record kind, ...).
-fn run_labelled(sc: &Scenario) -> Result<Vec<String>, String> {
+/// As [`run_scenario`], the model answering as `quirks` says; the model's answer to each step
+/// (its error code, record kind, ...).
+fn run_labelled(sc: &Scenario, quirks: Quirks) -> Result<Vec<String>, String> {
     let scenario_started = std::time::Instant::now();
     let start = Timestamp::parse(T0).expect("T0");
     let clock = ManualClock::new(start);
-    let policy = Policy::parse(POLICY).map_err(|e| e.to_string())?;
+    if !sc.policy.valid() {
+        return Err(format!(
+            "the scenario's policy is invalid: {}",
+            sc.policy.json()
+        ));
+    }
+    let policy = Policy::parse(&sc.policy.json().to_string()).map_err(|e| e.to_string())?;
     // The keys are made once per thread (making them is slow in a debug build); each ledger
     // has its own store, clock and policy.
     thread_local! {
@@ -2107,22 +3613,41 @@ fn run_labelled(sc: &Scenario) -> Result<Vec<String>, String> {
         clock: Arc::new(clock.clone()),
     });
     let ledger = Ledger::on_engine(Box::new(MemoryEngine::new()), id).map_err(|e| e.to_string())?;
-    let mut model = Model::new(start.micros());
+    // As `init` does: the first write records the policy (seq 0).
+    for r in ledger.execute(Vec::new()) {
+        r.map_err(|e| format!("init: {e}"))?;
+    }
+    let mut model = Model::new(start.micros(), &sc.policy, quirks);
+    let mut checked = 0;
+    check_written(&ledger, &model, &mut checked).map_err(|m| format!("after init: {m}"))?;
     let mut labels = Vec::new();
     let mut queue: Vec<Queued> = Vec::new();
     let batch = usize::from(sc.batch.max(1));
     for (i, step) in sc.steps.iter().enumerate() {
         // Time moves, and reads happen, between batches.
         if matches!(step, Advance(_) | Read { .. }) {
-            flush(&ledger, &mut model, &mut queue, &sc.steps)?;
+            flush(&ledger, &mut model, &mut checked, &mut queue, &sc.steps)?;
         }
         // A ticket (or an edit's new request) is learned from its answer, so a step that can
         // name one waits for the batch that issued it.
-        if matches!(step, Authorize { .. } | Revoke { .. } | FollowUp { .. }) && model.unlearned() {
-            flush(&ledger, &mut model, &mut queue, &sc.steps)?;
+        let names_any = matches!(step, Authorize { .. } | Revoke { .. } | FollowUp { .. });
+        let target = match step {
+            Approve { req, .. }
+            | Reject { req, .. }
+            | Edit { req, .. }
+            | BreakGlass { req, .. } => Some(model.any_req(*req)),
+            Review {
+                req, among_uses, ..
+            } => Some(model.review_target(*req, *among_uses)),
+            _ => None,
+        };
+        let target_unlearned =
+            target.is_some_and(|r| model.reqs[r].id.is_none() && model.reqs[r].live.is_some());
+        if (names_any && model.unlearned()) || target_unlearned {
+            flush(&ledger, &mut model, &mut checked, &mut queue, &sc.steps)?;
         }
         let (call, expect) = model.step(step, &sc.bases);
-        labels.push(outcome_label(&expect));
+        labels.push(outcome_label(step, &expect));
         let fail = |m: String| format!("step {i} ({step:?}), call {call:?}: {m}");
         let op = match &call {
             Call::Nothing => None,
@@ -2147,21 +3672,26 @@ fn run_labelled(sc: &Scenario) -> Result<Vec<String>, String> {
                     }
                 }
             }
+            Call::SetPolicy { text, who } => match Policy::parse(text) {
+                Ok(p) => Some((Op::SetPolicy(Box::new(p)), who.actor())),
+                // An invalid document: refused before anything is written (protocol 12).
+                Err(e) => {
+                    model.check(&expect, Err(code_of(&e))).map_err(fail)?;
+                    None
+                }
+            },
             Call::Sweep => Some((Op::Sweep, Actor::system())),
             Call::Read(rid) => {
-                let got = ledger
-                    .request_after_timeout(rid)
-                    .map(|v| json!({"state": v.state.status.as_str()}))
-                    .map_err(|e| code_of(&e));
+                let got = read_request(&ledger, rid);
                 model.check(&expect, got).map_err(fail)?;
-                check_stored(&ledger, &model).map_err(fail)?;
+                check_written(&ledger, &model, &mut checked).map_err(fail)?;
                 None
             }
         };
         let Some((op, actor)) = op else {
             if !matches!(
                 expect,
-                Expect::Nothing | Expect::Error(_) | Expect::Unreached(_) | Expect::State(_)
+                Expect::Nothing | Expect::Error(_) | Expect::Unreached(_) | Expect::State { .. }
             ) {
                 return Err(fail("the model expects an answer to nothing sent".into()));
             }
@@ -2175,10 +3705,10 @@ fn run_labelled(sc: &Scenario) -> Result<Vec<String>, String> {
             expect,
         });
         if queue.len() >= batch {
-            flush(&ledger, &mut model, &mut queue, &sc.steps)?;
+            flush(&ledger, &mut model, &mut checked, &mut queue, &sc.steps)?;
         }
     }
-    flush(&ledger, &mut model, &mut queue, &sc.steps)?;
+    flush(&ledger, &mut model, &mut checked, &mut queue, &sc.steps)?;
     for (r, q) in model.reqs.iter().enumerate() {
         let rid = model.rid(r);
         let got = ledger
@@ -2274,6 +3804,96 @@ fn rev() -> impl Strategy<Value = Rev> {
         5 => Just(Alice),
         2 => Just(ScopedAcme),
         1 => Just(Root),
+        3 => Just(Bob),
+        2 => Just(Twin),
+        1 => Just(Dana),
+    ]
+}
+
+fn bg() -> impl Strategy<Value = Bg> {
+    prop_oneof![Just(GlassDana), Just(GlassEve)]
+}
+
+/// Mostly a `break_glass` operator; else an agent, a reviewer or the admin (refused).
+fn caller() -> impl Strategy<Value = Caller> {
+    prop_oneof![
+        6 => bg().prop_map(Operator),
+        2 => by().prop_map(Host),
+        2 => rev().prop_map(Person),
+    ]
+}
+
+fn gov() -> impl Strategy<Value = Gov> {
+    (
+        prop_oneof![
+            6 => Just(None),
+            3 => Just(Some(Paused)),
+            1 => Just(Some(Enforced)),
+            1 => Just(Some(Observed)),
+        ],
+        prop_oneof![
+            5 => Just(None),
+            2 => Just(Some(OnlyAlice)),
+            2 => Just(Some(AliceBob)),
+            2 => Just(Some(Finance)),
+            2 => Just(Some(BobOps)),
+            1 => Just(Some(TwinRoot)),
+            1 => Just(Some(NoOne)),
+            1 => Just(Some(AliceTwice)),
+        ],
+        prop_oneof![
+            4 => Just(None),
+            1 => Just(Some(0u8)),
+            1 => Just(Some(1)),
+            4 => Just(Some(2)),
+            1 => Just(Some(3)),
+        ],
+        prop_oneof![
+            3 => Just(None),
+            4 => Just(Some(true)),
+            1 => Just(Some(false)),
+        ],
+    )
+        .prop_map(|(mode, approvers, required, break_glass)| Gov {
+            mode,
+            approvers,
+            required,
+            break_glass,
+        })
+}
+
+fn entry() -> impl Strategy<Value = Gov> {
+    prop_oneof![2 => Just(Gov::NONE), 1 => gov()]
+}
+
+/// Any document, valid or not.
+fn doc() -> impl Strategy<Value = Doc> {
+    (
+        prop_oneof![3 => Just(Gov::NONE), 1 => gov()],
+        [entry(), entry(), entry(), entry()],
+    )
+        .prop_map(|(default, tools)| Doc { default, tools })
+}
+
+/// The policy a scenario starts under: a quarter of the time none of governance, else a valid
+/// generated document.
+fn start_doc() -> impl Strategy<Value = Doc> {
+    prop_oneof![
+        1 => Just(Doc::BASE),
+        3 => valid_doc(),
+    ]
+}
+
+fn valid_doc() -> impl Strategy<Value = Doc> {
+    doc().prop_filter("a valid document", Doc::valid)
+}
+
+/// What a policy change sends: mostly a valid document.
+fn new_doc() -> impl Strategy<Value = Doc> {
+    prop_oneof![
+        1 => Just(Doc::BASE),
+        6 => valid_doc(),
+        2 => doc(),
     ]
 }
 
@@ -2326,7 +3946,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => (req.clone(), change(), prop_oneof![4 => Just(None), 1 => ag().prop_map(Some)])
             .prop_map(|(req, change, by)| Interrupt { req, change, by }),
-        3 => (req.clone(), rationale(), rev())
+        6 => (req.clone(), rationale(), rev())
             .prop_map(|(req, rationale, by)| Approve { req, rationale, by }),
         1 => (req.clone(), rationale(), rev())
             .prop_map(|(req, rationale, by)| Reject { req, rationale, by }),
@@ -2373,19 +3993,48 @@ fn step() -> impl Strategy<Value = Step> {
         ]
         .prop_map(Advance),
         1 => Just(Sweep),
-        1 => req.prop_map(|req| Read { req }),
+        1 => req.clone().prop_map(|req| Read { req }),
+        2 => (new_doc(), prop_oneof![8 => Just(Root), 1 => rev()])
+            .prop_map(|(doc, by)| SetPolicy { doc, by }),
+        3 => (
+            req.clone(),
+            prop_oneof![
+                8 => Just(SameAction),
+                1 => (1u8..4).prop_map(OtherAmountAction),
+                1 => tool().prop_map(OtherToolAction),
+                1 => Just(BadAction),
+            ],
+            prop_oneof![1 => Just(0u8), 1 => Just(1), 4 => Just(2), 2 => Just(3)],
+            caller(),
+        )
+            .prop_map(|(req, action, reason, by)| BreakGlass { req, action, reason, by }),
+        2 => (
+            req,
+            prop::bool::weighted(0.8),
+            any::<bool>(),
+            prop_oneof![1 => Just(0u8), 5 => 1u8..3],
+            rev(),
+        )
+            .prop_map(|(req, among_uses, disputed, rationale, by)| Review {
+                req,
+                among_uses,
+                disputed,
+                rationale,
+                by,
+            }),
     ]
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
     let max_steps = max_steps();
     (
+        start_doc(),
         prop::collection::vec(spec(), NBASE),
         prop_oneof![1 => Just(1u8), 1 => Just(4u8), 18 => Just(32u8)],
         prop::collection::vec(prop::bool::weighted(0.85), NBASE),
         prop::collection::vec(step(), 1..max_steps),
     )
-        .prop_map(|(bases, batch, open_first, more)| {
+        .prop_map(|(policy, bases, batch, open_first, more)| {
             // Most sequences open the base requests first (the generator cannot see state;
             // without this most operations would name requests not opened yet). Each opening
             // shrinks away on its own.
@@ -2399,6 +4048,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 .collect();
             steps.extend(more);
             Scenario {
+                policy,
                 bases,
                 batch,
                 steps,
@@ -2466,8 +4116,9 @@ fn the_ledger_follows_the_model() {
             .filter_map(|h| h.join().expect("a runner panicked"))
             .collect()
     });
-    if let Some(f) = failures.first() {
-        panic!("{f}");
+    if !failures.is_empty() {
+        // Every runner's failure (each shrunk on its own): they may be different ones.
+        panic!("{}", failures.join("\n\n"));
     }
     let t = TALLY.lock().unwrap_or_else(|p| p.into_inner());
     eprintln!(
@@ -2484,6 +4135,7 @@ fn the_ledger_follows_the_model() {
 #[test]
 fn a_hand_written_scenario() {
     let sc = Scenario {
+        policy: Doc::BASE,
         bases: vec![
             Spec {
                 owner: AcmeOne,
@@ -2764,6 +4416,7 @@ fn regressions() {
     };
     let cases = [
         Scenario {
+            policy: Doc::BASE,
             bases: vec![three(SendEmail), three(SendEmail), three(SendEmail)],
             batch: 1,
             steps: vec![
@@ -2781,6 +4434,7 @@ fn regressions() {
             ],
         },
         Scenario {
+            policy: Doc::BASE,
             bases: vec![three(SendEmail), three(SendEmail), three(SendEmail)],
             batch: 1,
             steps: vec![
@@ -2799,6 +4453,7 @@ fn regressions() {
         },
         // A replay naming a window longer than the tool's is compared with what was stored.
         Scenario {
+            policy: Doc::BASE,
             bases: vec![
                 three(SendEmail),
                 Spec {
@@ -2823,6 +4478,7 @@ fn regressions() {
         },
         // A later decision outside allowed_decisions is a conflict.
         Scenario {
+            policy: Doc::BASE,
             bases: vec![
                 three(SendEmail),
                 Spec {
@@ -2854,6 +4510,7 @@ fn regressions() {
         },
         // `/account`, named or not, is what the policy redacts for wire_transfer anyway.
         Scenario {
+            policy: Doc::BASE,
             bases: vec![three(SendEmail), three(SendEmail), three(WireTransfer)],
             batch: 1,
             steps: vec![
@@ -2909,6 +4566,7 @@ fn tenants_hand_written() {
         by,
     };
     let sc = Scenario {
+        policy: Doc::BASE,
         bases: vec![
             base(AcmeOne, 0, Refund),
             base(Solo, 1, WireTransfer),
@@ -3004,7 +4662,7 @@ fn tenants_hand_written() {
         "error request_not_found (other tenant)",
         "error request_not_found (other tenant)",
         "follow_up",
-        "decision",
+        "edit",
         "authorize grant (enforce)",
         "error request_not_found (other tenant)",
         "error request_not_found (other tenant)",
@@ -3023,7 +4681,372 @@ fn tenants_hand_written() {
             batch,
             ..sc.clone()
         };
-        let got = run_labelled(&sc).unwrap_or_else(|e| panic!("{e}\n{}", sc.to_rust()));
+        let got =
+            run_labelled(&sc, Quirks::LEDGER).unwrap_or_else(|e| panic!("{e}\n{}", sc.to_rust()));
         assert_eq!(got, want, "batch {batch}");
     }
+}
+
+/// Governance step by step (protocol 7.4 to 7.6, 12), each answer named: the model's
+/// predictions for these steps are pinned here, and the ledger must agree with them (every
+/// answer, every record, the review queue), in batches of one and of sixteen (where the pause
+/// at step 14 is recorded in the same batch as the authorization it denies).
+#[test]
+fn governance_hand_written() {
+    let two_person = Doc {
+        default: Gov::NONE,
+        tools: [
+            Gov::NONE,
+            Gov {
+                break_glass: Some(false),
+                ..Gov::NONE
+            },
+            Gov {
+                approvers: Some(BobOps),
+                required: Some(2),
+                break_glass: Some(true),
+                ..Gov::NONE
+            },
+            Gov {
+                approvers: Some(Finance),
+                required: Some(2),
+                ..Gov::NONE
+            },
+        ],
+    };
+    let mut paused = two_person.clone();
+    paused.tools[2].mode = Some(Paused);
+    let mut unreachable = two_person.clone();
+    unreachable.tools[3].approvers = Some(OnlyAlice);
+    let base = |owner, thread, tool| Spec {
+        owner,
+        thread,
+        tool,
+        amount: 1,
+        redact_amount: false,
+        allowed: None,
+        review_ttl: None,
+    };
+    let approve = |req, rationale, by| Approve { req, rationale, by };
+    let auth = |req| Authorize {
+        req,
+        ticket: OwnTicket,
+        action: SameAction,
+        attempt: None,
+        by: Opener,
+    };
+    let glass = |req, action, reason, by| BreakGlass {
+        req,
+        action,
+        reason,
+        by,
+    };
+    let review = |req, among_uses, rationale, by| Review {
+        req,
+        among_uses,
+        disputed: false,
+        rationale,
+        by,
+    };
+    let interrupt = |req| Interrupt {
+        req,
+        change: Same,
+        by: None,
+    };
+    let sc = Scenario {
+        policy: two_person.clone(),
+        bases: vec![
+            base(AcmeOne, 0, WireTransfer),
+            base(AcmeOne, 0, Refund),
+            base(Solo, 1, SendEmail),
+        ],
+        batch: 1,
+        steps: vec![
+            interrupt(0),
+            interrupt(1),
+            interrupt(2),
+            // r0 (wire_transfer: bob or group ops, two approvals), opened by bot-a1.
+            approve(0, None, Alice),
+            approve(0, None, Twin),
+            approve(0, Some(0), Bob),
+            auth(0),
+            approve(0, Some(0), Bob),
+            approve(0, Some(1), Bob),
+            Read { req: 0 },
+            approve(0, None, ScopedAcme),
+            auth(0),
+            auth(0),
+            // Paused (recorded in the batch of the authorization it denies), then a
+            // reviewer's policy change and an invalid document.
+            SetPolicy {
+                doc: paused.clone(),
+                by: Root,
+            },
+            auth(0),
+            SetPolicy {
+                doc: two_person.clone(),
+                by: Alice,
+            },
+            SetPolicy {
+                doc: unreachable,
+                by: Root,
+            },
+            // r1 (refund: group finance, two approvals): an outsider, the requester, a partial
+            // approval, and its approver's rejection closing the request.
+            approve(1, None, Bob),
+            Reject {
+                req: 1,
+                rationale: Some(1),
+                by: Twin,
+            },
+            approve(1, None, Alice),
+            Reject {
+                req: 1,
+                rationale: Some(1),
+                by: Alice,
+            },
+            approve(1, None, ScopedAcme),
+            Read { req: 1 },
+            // r2 (send_email, bot-b's): no break-glass; edited into a wire transfer, the edit
+            // is the editor's approval of the new request r3 (one of two).
+            glass(2, SameAction, 2, Operator(GlassEve)),
+            Edit {
+                req: 2,
+                tool: WireTransfer,
+                amount: 2,
+                rationale: None,
+                by: Alice,
+            },
+            Edit {
+                req: 2,
+                tool: WireTransfer,
+                amount: 2,
+                rationale: None,
+                by: Bob,
+            },
+            approve(3, None, Bob),
+            Read { req: 3 },
+            Reject {
+                req: 3,
+                rationale: Some(1),
+                by: Root,
+            },
+            // Break-glass on r3: only the break_glass role, for exactly its action, with a
+            // reason; single use; a paused tool denies its grant.
+            glass(3, SameAction, 2, Host(Opener)),
+            glass(3, SameAction, 2, Person(Root)),
+            glass(3, OtherAmountAction(3), 2, Operator(GlassDana)),
+            glass(3, SameAction, 0, Operator(GlassDana)),
+            glass(3, SameAction, 2, Operator(GlassDana)),
+            glass(3, SameAction, 2, Operator(GlassDana)),
+            // Still in force (the reviewer's change was refused, the invalid one too).
+            SetPolicy {
+                doc: paused,
+                by: Root,
+            },
+            auth(3),
+            SetPolicy {
+                doc: two_person,
+                by: Root,
+            },
+            auth(3),
+            auth(3),
+            glass(1, SameAction, 2, Operator(GlassDana)),
+            // The post-event review: not by the break-glass user, once.
+            review(3, true, 1, Dana),
+            review(1, false, 1, Alice),
+            review(3, true, 1, Alice),
+            review(3, true, 1, Alice),
+            review(3, true, 2, Bob),
+        ],
+    };
+    let want = [
+        "interrupt",
+        "interrupt",
+        "interrupt",
+        "refused approver_not_allowed (recorded)",
+        "refused approver_is_requester (recorded)",
+        "partial approval",
+        "authorize approval_pending",
+        "partial approval (duplicate)",
+        "refused approver_already_approved (recorded)",
+        "read open (1 approvals)",
+        "approval 2 of 2",
+        "authorize grant (enforce)",
+        "authorize approval_already_used",
+        "policy",
+        "authorize tool_paused",
+        "error forbidden",
+        "error invalid_policy",
+        "refused approver_not_allowed (recorded)",
+        "refused approver_is_requester (recorded)",
+        "partial approval",
+        "rejection",
+        "error conflict",
+        "read rejected (1 approvals)",
+        "refused break_glass_not_allowed (recorded)",
+        "refused approver_not_allowed (recorded)",
+        "edit (its approval partial)",
+        "partial approval (duplicate)",
+        "read open (1 approvals)",
+        "error decision_not_allowed",
+        "refused forbidden (recorded)",
+        "refused forbidden (recorded)",
+        "refused break_glass_action_mismatch (recorded)",
+        "error missing_field",
+        "break-glass decision",
+        "break-glass decision (duplicate)",
+        "policy (duplicate)",
+        "authorize tool_paused",
+        "policy",
+        "authorize grant (enforce)",
+        "authorize approval_already_used",
+        "error conflict",
+        "refused reviewer_is_break_glass_user (recorded)",
+        "error no_break_glass",
+        "review",
+        "review (duplicate)",
+        "error idempotency_conflict",
+    ];
+    for batch in [1, 16] {
+        let sc = Scenario {
+            batch,
+            ..sc.clone()
+        };
+        let got =
+            run_labelled(&sc, Quirks::LEDGER).unwrap_or_else(|e| panic!("{e}\n{}", sc.to_rust()));
+        assert_eq!(got, want, "batch {batch}");
+    }
+}
+
+/// The smallest scenarios where the ledger parts from the contract, one per [`Quirks`] field,
+/// run with the contract's answers. **These fail until the ledger is fixed**; each also runs
+/// with the known deviation, so that it shows the deviation is all that differs.
+#[test]
+fn ledger_bugs() {
+    let three = |tool| Spec {
+        owner: AcmeOne,
+        thread: 0,
+        tool,
+        amount: 1,
+        redact_amount: false,
+        allowed: None,
+        review_ttl: None,
+    };
+    let break_glass_allowed = Doc {
+        default: Gov {
+            break_glass: Some(true),
+            ..Gov::NONE
+        },
+        tools: [Gov::NONE; 4],
+    };
+    let cases = [
+        // approve_replays_break_glass: a reviewer's approval after the break-glass decision is
+        // answered as the operator's decision (`duplicate: true`); the contract: `conflict`.
+        (
+            "approve_replays_break_glass",
+            Scenario {
+                policy: break_glass_allowed.clone(),
+                bases: vec![three(SendEmail), three(SendEmail), three(SendEmail)],
+                batch: 1,
+                steps: vec![
+                    Interrupt {
+                        req: 1,
+                        change: Same,
+                        by: None,
+                    },
+                    BreakGlass {
+                        req: 1,
+                        action: SameAction,
+                        reason: 2,
+                        by: Operator(GlassDana),
+                    },
+                    Approve {
+                        req: 1,
+                        rationale: None,
+                        by: Alice,
+                    },
+                ],
+            },
+        ),
+        // refusal_path_encodes_unreserved: the refusal recorded in an edit's new request names
+        // `/v1/requests/<uuid with %2D>/break-glass`; the contract: the route as requested.
+        (
+            "refusal_path_encodes_unreserved",
+            Scenario {
+                policy: Doc::BASE,
+                bases: vec![three(SendEmail), three(SendEmail), three(SendEmail)],
+                batch: 1,
+                steps: vec![
+                    Interrupt {
+                        req: 2,
+                        change: Same,
+                        by: None,
+                    },
+                    Edit {
+                        req: 2,
+                        tool: SendEmail,
+                        amount: 1,
+                        rationale: None,
+                        by: Alice,
+                    },
+                    BreakGlass {
+                        req: 3,
+                        action: SameAction,
+                        reason: 2,
+                        by: Host(Opener),
+                    },
+                ],
+            },
+        ),
+        // break_glass_replay_is_conflict: the same call by another operator is `conflict`
+        // (the contract: its record), another reason `conflict` (the contract:
+        // `idempotency_conflict`).
+        (
+            "break_glass_replay_is_conflict",
+            Scenario {
+                policy: break_glass_allowed,
+                bases: vec![three(SendEmail), three(SendEmail), three(SendEmail)],
+                batch: 1,
+                steps: vec![
+                    Interrupt {
+                        req: 1,
+                        change: Same,
+                        by: None,
+                    },
+                    BreakGlass {
+                        req: 1,
+                        action: SameAction,
+                        reason: 2,
+                        by: Operator(GlassDana),
+                    },
+                    BreakGlass {
+                        req: 1,
+                        action: SameAction,
+                        reason: 2,
+                        by: Operator(GlassEve),
+                    },
+                    BreakGlass {
+                        req: 1,
+                        action: SameAction,
+                        reason: 3,
+                        by: Operator(GlassDana),
+                    },
+                ],
+            },
+        ),
+    ];
+    let mut parted = Vec::new();
+    for (name, sc) in cases {
+        run_labelled(&sc, Quirks::LEDGER)
+            .unwrap_or_else(|e| panic!("{name}, with the known deviation: {e}"));
+        if let Err(e) = run_labelled(&sc, Quirks::CONTRACT) {
+            parted.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(
+        parted.is_empty(),
+        "the ledger parts from the contract:\n{}",
+        parted.join("\n")
+    );
 }

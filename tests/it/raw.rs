@@ -126,4 +126,18 @@ impl RawStore {
         };
         all.into_iter()
     }
+
+    /// The seq of the first record of `kind` whose `request_id` is `rid` (`None` for a record
+    /// naming no request): a tamper test picks its record by what it is, not by a position
+    /// that a change of the log's layout moves onto another kind of record.
+    pub fn seq_of(&self, kind: &str, rid: Option<&str>) -> u64 {
+        self.iter_from(Cf::Records, &[])
+            .map(|e| e.unwrap())
+            .find_map(|(k, leaf)| {
+                let r: serde_json::Value = serde_json::from_slice(&leaf).ok()?;
+                (r["kind"] == kind && r["request_id"].as_str() == rid)
+                    .then(|| read_be(&k).unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {kind} record of {rid:?} in the store"))
+    }
 }

@@ -11,7 +11,7 @@ use hitl_ledger::storage::conformance::{self, CHECKS};
 use hitl_ledger::storage::faulty::{FaultPlan, FaultyEngine};
 use hitl_ledger::storage::memory::MemoryEngine;
 use hitl_ledger::storage::rocks::RocksEngine;
-use hitl_ledger::storage::{Engine, Keyspace};
+use hitl_ledger::storage::{Changes, Engine, Keyspace};
 
 use crate::util::*;
 
@@ -265,16 +265,44 @@ fn conformance_postgres() {
     ] {
         assert!(c.batch_execute(sql).is_err(), "{sql} was allowed");
     }
-    // A server with another key or policy may read, never write.
+    // A server with another origin or key may read, never write.
+    for other in [
+        hitl_ledger::storage::postgres::LedgerRow {
+            origin: "other.example/ledger".into(),
+            ..pg_row()
+        },
+        hitl_ledger::storage::postgres::LedgerRow {
+            verifier_key: "another key".into(),
+            ..pg_row()
+        },
+    ] {
+        let e = PgEngine::open(&url, other.clone()).unwrap();
+        assert!(e.mismatch().unwrap().is_some(), "{other:?}");
+        assert!(
+            matches!(
+                e.begin_write(),
+                Err(hitl_ledger::storage::StorageError::Incompatible(_))
+            ),
+            "{other:?}"
+        );
+        assert!(e.snapshot().is_ok());
+    }
+    // Another policy fingerprint is no mismatch: the policy is the log's (its policy records,
+    // protocol section 12), the same for every server, so such a server writes.
     let other = hitl_ledger::storage::postgres::LedgerRow {
         policy_sha256: "1".repeat(64),
         ..pg_row()
     };
     let e = PgEngine::open(&url, other).unwrap();
-    assert!(e.mismatch().unwrap().unwrap().contains("policy"));
-    assert!(matches!(
-        e.begin_write(),
-        Err(hitl_ledger::storage::StorageError::Incompatible(_))
-    ));
-    assert!(e.snapshot().is_ok());
+    assert_eq!(e.mismatch().unwrap(), None);
+    let mut c = Changes::new();
+    c.put(Keyspace::Meta, b"written".to_vec(), b"by another policy".to_vec());
+    e.begin_write()
+        .unwrap()
+        .commit(c, hitl_ledger::storage::Durability::Synced)
+        .unwrap();
+    assert_eq!(
+        e.snapshot().unwrap().get(Keyspace::Meta, b"written").unwrap(),
+        Some(b"by another policy".to_vec())
+    );
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::util::*;
 
-/// Twenty-odd records over three threads, in several batches.
+/// Twenty-odd records over three threads, in several batches (after init's policy record).
 fn populate(f: &Fixture) {
     for t in 0..3 {
         let thread = format!("thread-{t}");
@@ -50,7 +50,7 @@ fn first_seq(report: &serde_json::Value) -> Option<u64> {
 fn untouched_ledger_verifies_clean() {
     let mut f = fixture();
     let n = f.size();
-    assert!(n >= 18, "{n}");
+    assert!(n >= 19, "{n}");
     let report = f.l().verify(None, &mut |_, _| {}).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     f.close();
@@ -64,30 +64,33 @@ fn untouched_ledger_verifies_clean() {
 fn changed_byte_in_a_leaf_is_named() {
     let mut f = fixture();
     let s = f.raw_store();
-    // Record 5 is a rejection: change one letter of its rationale, so the leaf stays
-    // canonical JSON with a valid envelope and only the chain and the tree can tell.
-    let mut l = leaf(&s, 5);
+    // A rejection: change one letter of its rationale, so the leaf stays canonical JSON with
+    // a valid envelope and only the chain and the tree can tell.
+    let seq = s.seq_of("rejection", Some("req-0-1"));
+    let mut l = leaf(&s, seq);
     let pos = l
         .windows(16)
         .position(|w| w == b"\"rationale\":\"no\"")
         .expect("the rationale");
     l[pos + 13] = b'N';
-    s.raw_put(Cf::Records, &be(5), &l).unwrap();
+    s.raw_put(Cf::Records, &be(seq), &l).unwrap();
     drop(s);
     let (code, v) = cli_verify(f.path(), &[]);
     assert_eq!(code, 1, "{v}");
-    assert_eq!(first_seq(&v), Some(5), "{v}");
+    assert_eq!(first_seq(&v), Some(seq), "{v}");
 }
 
 #[test]
 fn deleted_record_in_the_middle_is_named() {
     let mut f = fixture();
     let s = f.raw_store();
-    s.raw_delete(Cf::Records, &be(7)).unwrap();
+    // An approval in the middle of the log.
+    let seq = s.seq_of("decision", Some("req-1-0"));
+    s.raw_delete(Cf::Records, &be(seq)).unwrap();
     drop(s);
     let (code, v) = cli_verify(f.path(), &[]);
     assert_eq!(code, 1);
-    assert_eq!(first_seq(&v), Some(7), "{v}");
+    assert_eq!(first_seq(&v), Some(seq), "{v}");
     assert_eq!(v["problem"]["code"], "seq_mismatch");
 }
 
@@ -95,21 +98,25 @@ fn deleted_record_in_the_middle_is_named() {
 fn swapped_records_are_named() {
     let mut f = fixture();
     let s = f.raw_store();
-    let (a, b) = (leaf(&s, 4), leaf(&s, 5));
-    s.raw_put(Cf::Records, &be(4), &b).unwrap();
-    s.raw_put(Cf::Records, &be(5), &a).unwrap();
+    // An interrupt and its rejection, right after it.
+    let i = s.seq_of("interrupt", Some("req-0-1"));
+    assert_eq!(s.seq_of("rejection", Some("req-0-1")), i + 1);
+    let (a, b) = (leaf(&s, i), leaf(&s, i + 1));
+    s.raw_put(Cf::Records, &be(i), &b).unwrap();
+    s.raw_put(Cf::Records, &be(i + 1), &a).unwrap();
     drop(s);
     let (code, v) = cli_verify(f.path(), &[]);
     assert_eq!(code, 1);
-    assert_eq!(first_seq(&v), Some(4), "{v}");
+    assert_eq!(first_seq(&v), Some(i), "{v}");
 }
 
 #[test]
 fn forged_record_with_correct_looking_prev_is_named() {
     let mut f = fixture();
     let n = f.size();
-    let k = 6u64;
     let s = f.raw_store();
+    // An interrupt, forged with another amount.
+    let k = s.seq_of("interrupt", Some("req-1-0"));
     // Shift records k.. up by one and insert a forgery at k that chains onto record k-1.
     for seq in (k..n).rev() {
         let l = leaf(&s, seq);
@@ -195,10 +202,12 @@ fn idempotency_entry_pointed_at_another_record_is_named() {
         .unwrap()
         .interrupt_seq;
     let s = f.raw_store();
+    // Another request's authorization.
+    let other = s.seq_of("authorization", Some("req-0-0"));
     s.raw_put(
         Cf::Idem,
         &hitl_ledger::index::idem_interrupt("req-1-0"),
-        &be(2),
+        &be(other),
     )
     .unwrap();
     drop(s);
@@ -213,23 +222,26 @@ fn record_copied_from_another_ledger_is_named() {
     let mut f = fixture();
     let mut other = Fixture::with_origin("other.example/ledger", None);
     populate(&other);
+    // A follow-up, at the same seq in both ledgers (the same layout).
     let so = other.raw_store();
-    let foreign = leaf(&so, 9);
+    let seq = so.seq_of("follow_up", Some("req-1-0"));
+    let foreign = leaf(&so, seq);
     drop(so);
     let s = f.raw_store();
-    s.raw_put(Cf::Records, &be(9), &foreign).unwrap();
+    assert_eq!(s.seq_of("follow_up", Some("req-1-0")), seq);
+    s.raw_put(Cf::Records, &be(seq), &foreign).unwrap();
     drop(s);
     let (code, v) = cli_verify(f.path(), &[]);
     assert_eq!(code, 1);
-    assert_eq!(first_seq(&v), Some(9), "{v}");
-    let at9: Vec<&str> = v["problems"]
+    assert_eq!(first_seq(&v), Some(seq), "{v}");
+    let at_seq: Vec<&str> = v["problems"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| p["seq"] == 9)
+        .filter(|p| p["seq"] == seq)
         .filter_map(|p| p["code"].as_str())
         .collect();
-    assert!(at9.contains(&"record_origin"), "{at9:?}");
+    assert!(at_seq.contains(&"record_origin"), "{at_seq:?}");
 }
 
 #[test]

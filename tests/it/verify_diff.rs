@@ -128,6 +128,17 @@ fn leaf(s: &Store, seq: u64) -> Vec<u8> {
     s.get(Cf::Records, &be(seq)).unwrap().unwrap()
 }
 
+/// Asserts that record `seq` is a `kind` of `rid` (`None`: any request), before a case tampers
+/// with it: the cases pick records of the mix by position (init's policy record is seq 0, the
+/// mix starts at 1), and a change of the layout must not move a case onto another kind.
+fn expect_kind(s: &Store, seq: u64, kind: &str, rid: Option<&str>) {
+    let r: Value = serde_json::from_slice(&leaf(s, seq)).unwrap();
+    assert_eq!(r["kind"], kind, "record {seq}: {r}");
+    if let Some(rid) = rid {
+        assert_eq!(r["request_id"], rid, "record {seq}: {r}");
+    }
+}
+
 /// Both checks of the (reopened) ledger agree; returns the report.
 fn both(f: &mut Fixture, trusted: Option<&[u8]>) -> VerifyReport {
     f.reopen();
@@ -202,25 +213,30 @@ fn untouched_ledgers_agree() {
 
 #[test]
 fn chain_tampering_agrees() {
-    case("changed byte", "prev", Some(6), |_, s| {
-        edit_text(s, 5, |t| {
+    case("changed byte", "prev", Some(7), |_, s| {
+        expect_kind(s, 6, "rejection", Some("req-0-1"));
+        edit_text(s, 6, |t| {
             t.replacen("\"rationale\":\"no\"", "\"rationale\":\"No\"", 1)
         });
     });
-    case("deleted record", "seq_mismatch", Some(7), |_, s| {
-        s.raw_delete(Cf::Records, &be(7)).unwrap();
+    case("deleted record", "seq_mismatch", Some(8), |_, s| {
+        expect_kind(s, 8, "decision", Some("req-1-0"));
+        s.raw_delete(Cf::Records, &be(8)).unwrap();
     });
-    case("swapped records", "prev", Some(4), |_, s| {
-        let (a, b) = (leaf(s, 4), leaf(s, 5));
-        s.raw_put(Cf::Records, &be(4), &b).unwrap();
-        s.raw_put(Cf::Records, &be(5), &a).unwrap();
+    case("swapped records", "prev", Some(5), |_, s| {
+        expect_kind(s, 5, "interrupt", Some("req-0-1"));
+        expect_kind(s, 6, "rejection", Some("req-0-1"));
+        let (a, b) = (leaf(s, 5), leaf(s, 6));
+        s.raw_put(Cf::Records, &be(5), &b).unwrap();
+        s.raw_put(Cf::Records, &be(6), &a).unwrap();
     });
     case(
         "forged with a correct-looking prev",
         "checkpoint_root",
         None,
         |_, s| {
-            let k = 6;
+            let k = 7;
+            expect_kind(s, k, "interrupt", Some("req-1-0"));
             let n = last_seq(s) + 1;
             for seq in (k..n).rev() {
                 let l = leaf(s, seq);
@@ -254,9 +270,10 @@ fn chain_tampering_agrees() {
     case(
         "record from another ledger",
         "record_origin",
-        Some(9),
+        Some(10),
         |_, s| {
-            edit_value(s, 9, |v| v["origin"] = json!("other.example/ledger"));
+            expect_kind(s, 10, "follow_up", Some("req-1-0"));
+            edit_value(s, 10, |v| v["origin"] = json!("other.example/ledger"));
         },
     );
     case("ts earlier", "ts_order", Some(110), |_, s| {
@@ -271,33 +288,38 @@ fn chain_tampering_agrees() {
     case(
         "seq in the leaf changed",
         "seq_mismatch",
-        Some(12),
+        Some(13),
         |_, s| {
-            edit_value(s, 12, |v| v["seq"] = json!(13));
+            expect_kind(s, 13, "interrupt", Some("req-2-0"));
+            edit_value(s, 13, |v| v["seq"] = json!(14));
         },
     );
 }
 
 #[test]
 fn leaf_encoding_tampering_agrees() {
-    case("not JSON", "leaf_encoding", Some(3), |_, s| {
-        s.raw_put(Cf::Records, &be(3), b"{\"v\":1,").unwrap();
+    case("not JSON", "leaf_encoding", Some(4), |_, s| {
+        expect_kind(s, 4, "follow_up", Some("req-0-0"));
+        s.raw_put(Cf::Records, &be(4), b"{\"v\":1,").unwrap();
     });
-    case("not UTF-8", "leaf_encoding", Some(4), |_, s| {
-        let mut l = leaf(s, 4);
+    case("not UTF-8", "leaf_encoding", Some(5), |_, s| {
+        expect_kind(s, 5, "interrupt", Some("req-0-1"));
+        let mut l = leaf(s, 5);
         let at = l.windows(6).position(|w| w == b"refund").unwrap();
         l[at + 3] = 0xff;
-        s.raw_put(Cf::Records, &be(4), &l).unwrap();
+        s.raw_put(Cf::Records, &be(5), &l).unwrap();
     });
-    case("whitespace", "leaf_not_canonical", Some(5), |_, s| {
-        edit_text(s, 5, |t| t.replacen("{\"actor\"", "{ \"actor\"", 1));
+    case("whitespace", "leaf_not_canonical", Some(6), |_, s| {
+        expect_kind(s, 6, "rejection", Some("req-0-1"));
+        edit_text(s, 6, |t| t.replacen("{\"actor\"", "{ \"actor\"", 1));
     });
     case(
         "members out of order",
         "leaf_not_canonical",
-        Some(6),
+        Some(7),
         |_, s| {
-            edit_text(s, 6, |t| {
+            expect_kind(s, 7, "interrupt", Some("req-1-0"));
+            edit_text(s, 7, |t| {
                 let v: Value = serde_json::from_str(&t).unwrap();
                 let mut members: Vec<String> = v
                     .as_object()
@@ -316,21 +338,24 @@ fn leaf_encoding_tampering_agrees() {
             });
         },
     );
-    case("duplicate member", "leaf_not_canonical", Some(7), |_, s| {
-        edit_text(s, 7, |t| {
+    case("duplicate member", "leaf_not_canonical", Some(8), |_, s| {
+        expect_kind(s, 8, "decision", Some("req-1-0"));
+        edit_text(s, 8, |t| {
             t.replacen("{\"actor\"", "{\"actor\":1,\"actor\"", 1)
         });
     });
     case(
         "number spelled 1.0",
         "leaf_not_canonical",
-        Some(8),
+        Some(9),
         |_, s| {
-            edit_text(s, 8, |t| t.replacen("\"v\":1}", "\"v\":1.0}", 1));
+            expect_kind(s, 9, "authorization", Some("req-1-0"));
+            edit_text(s, 9, |t| t.replacen("\"v\":1}", "\"v\":1.0}", 1));
         },
     );
-    case("escaped slash", "leaf_not_canonical", Some(9), |_, s| {
-        edit_text(s, 9, |t| t.replacen("ledger", "led\\/ger", 1));
+    case("escaped slash", "leaf_not_canonical", Some(10), |_, s| {
+        expect_kind(s, 10, "follow_up", Some("req-1-0"));
+        edit_text(s, 10, |t| t.replacen("ledger", "led\\/ger", 1));
     });
     case(
         "needless escape in a name",
@@ -354,12 +379,14 @@ fn leaf_encoding_tampering_agrees() {
     case("unknown envelope field", "envelope", Some(96), |_, s| {
         edit_value(s, 96, |v| v["extra"] = json!(1));
     });
-    case("wrong body type", "envelope", Some(1), |_, s| {
-        edit_value(s, 1, |v| v["body"]["ticket_id"] = json!(7));
+    case("wrong body type", "envelope", Some(2), |_, s| {
+        expect_kind(s, 2, "decision", Some("req-0-0"));
+        edit_value(s, 2, |v| v["body"]["ticket_id"] = json!(7));
     });
-    case("deep nesting", "leaf_encoding", Some(0), |_, s| {
+    case("deep nesting", "leaf_encoding", Some(1), |_, s| {
+        expect_kind(s, 1, "interrupt", Some("req-0-0"));
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        edit_text(s, 0, |t| {
+        edit_text(s, 1, |t| {
             t.replacen("\"args\":{", &format!("\"args\":{{\"deep\":{deep},"), 1)
         });
     });
@@ -372,10 +399,12 @@ fn index_and_checkpoint_tampering_agrees() {
         "index",
         None,
         |_, s| {
+            // Another request's authorization.
+            expect_kind(s, 3, "authorization", Some("req-0-0"));
             s.raw_put(
                 Cf::Idem,
                 &hitl_ledger::index::idem_interrupt("req-1-0"),
-                &be(2),
+                &be(3),
             )
             .unwrap();
         },
@@ -389,7 +418,9 @@ fn index_and_checkpoint_tampering_agrees() {
         s.raw_put(Cf::Nodes, &k, &[0u8; 32]).unwrap();
     });
     case("pending entry added", "index", None, |_, s| {
-        s.raw_put(Cf::Pending, &be(0), b"req-0-0").unwrap();
+        // The interrupt of a request that was decided.
+        expect_kind(s, 1, "interrupt", Some("req-0-0"));
+        s.raw_put(Cf::Pending, &be(1), b"req-0-0").unwrap();
     });
     case("head removed", "index", None, |_, s| {
         s.clear(Cf::Meta).unwrap();
