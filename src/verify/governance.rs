@@ -253,3 +253,108 @@ fn rule_10(
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The governance known-answer vectors (`tests/vectors/governance.json`, written from the
+    //! contract by `tests/interop/governance_vectors.py`): the record forms read back as
+    //! records, the policy documents validate (or not) with their digests, the resolution is
+    //! the policy's, and each bundle gets its verdict.
+
+    use serde_json::Value;
+
+    use crate::format::{jcs, merkle, record::Record};
+    use crate::model::policy::Policy;
+
+    fn vectors() -> Value {
+        crate::test_vectors::load("governance.json")
+    }
+
+    fn text<'a>(v: &'a Value, k: &str) -> &'a [u8] {
+        v[k].as_str()
+            .unwrap_or_else(|| panic!("{k} in {v}"))
+            .as_bytes()
+    }
+
+    #[test]
+    fn record_forms_read_back_with_their_leaf_hashes() {
+        let v = vectors();
+        let records = v["records"].as_array().unwrap();
+        assert!(records.len() >= 10);
+        for c in records {
+            let leaf = text(c, "leaf");
+            let r = Record::from_leaf(leaf).unwrap_or_else(|e| panic!("{}: {e}", c["form"]));
+            assert_eq!(r.to_value(), c["record"], "{}", c["form"]);
+            assert_eq!(
+                hex::encode(merkle::leaf_hash(leaf)),
+                c["leaf_hash"].as_str().unwrap(),
+                "{}",
+                c["form"]
+            );
+        }
+    }
+
+    #[test]
+    fn policy_documents_validate_with_their_digests_and_resolve() {
+        let v = vectors();
+        let mut valid = std::collections::HashMap::new();
+        for c in v["policy_documents"].as_array().unwrap() {
+            let doc = jcs::parse(text(c, "canonical"), jcs::ParseOptions::default()).unwrap();
+            let name = c["name"].as_str().unwrap();
+            match Policy::from_document(&doc) {
+                Ok(p) => {
+                    assert_eq!(c["valid"], true, "{name} validates");
+                    assert_eq!(p.digest(), c["policy_digest"].as_str().unwrap(), "{name}");
+                    valid.insert(name.to_string(), p);
+                }
+                Err(e) => assert_eq!(c["valid"], false, "{name}: {}", e.message()),
+            }
+        }
+        for c in v["resolution"].as_array().unwrap() {
+            let p = &valid[c["document"].as_str().unwrap()];
+            let t = p.for_tool(c["tool"].as_str().unwrap());
+            let got = serde_json::json!({
+                "review_window_seconds": t.review_window_seconds,
+                "approval_ttl_seconds": t.approval_ttl_seconds,
+                "mode": t.mode.as_str(),
+                "redact": t.redact,
+                "approvers": t.approvers,
+                "approvals_required": t.approvals_required,
+                "break_glass": t.break_glass,
+            });
+            assert_eq!(got, c["resolved"], "{c}");
+        }
+    }
+
+    #[test]
+    fn bundles_get_their_verdicts() {
+        let v = vectors();
+        let key = v["verifier_key"].as_str().unwrap();
+        let bundles = v["bundles"].as_array().unwrap();
+        assert!(bundles.len() >= 20);
+        for c in bundles {
+            let name = c["name"].as_str().unwrap();
+            let bytes = serde_json::to_vec(&c["bundle"]).unwrap();
+            let r = crate::verify::verify_bundle(&bytes, key);
+            let exp = &c["expect"];
+            if exp["ok"] == true {
+                assert!(r.ok(), "{name}: {:?}", r.problem);
+                continue;
+            }
+            let p = r.problem.unwrap_or_else(|| panic!("{name} verified"));
+            assert_eq!(
+                p.code.as_str(),
+                exp["code"].as_str().unwrap(),
+                "{name}: {p:?}"
+            );
+            assert_eq!(p.seq, exp["seq"].as_u64(), "{name}: {p:?}");
+            if let Some(rule) = exp["rule"].as_str() {
+                assert!(
+                    p.message.contains(&format!("rule {rule}: ")),
+                    "{name}: {}",
+                    p.message
+                );
+            }
+        }
+    }
+}

@@ -15,6 +15,14 @@ mutation, that
   and `problem.seq` (where both give one), and
 * each mutation gets the problem code (and seq) it should per spec sections 5 and 7.
 
+A second ledger (the governance tests at the end) is written by `hitl-ledger serve` over
+HTTP with tokens of distinct principals, so its records are the governed ones the gate
+writes (partial and final approvals with their counts and `approved_as`, governed refusals,
+break-glass and its review, policy changes, a `tool_paused` denial, an edit counting as its
+editor's approval); its bundles carry the policy records, and both verifiers agree on them
+and on each way of breaking that `policy` member. Its records also fix the shapes the
+record forms of tests/vectors/governance.json must have.
+
 The module fails (it never skips) when the binary does not exist.
 
 Run: python -m pytest tests/interop (needs `cryptography`, `rfc8785`, `pytest`).
@@ -552,3 +560,284 @@ def test_thread_head_older_than_the_records(world, tmp):
     new = load(world["new_t1"])
     del new["records"][len(old["records"]):]
     expect(dump(new), world["a"].key, tmp, "new-records-dropped", 1, "thread_head_mismatch", None)
+
+
+# ---------------------------------------------------------------------------
+# Governance (issue 20): a ledger whose records the real gate wrote through the HTTP API, with
+# tokens of distinct principals (two-person approval, approvers by principal and by group,
+# refused approvals, break-glass and its review, a pause and its tool_paused denial, policy
+# changes through PUT /v1/policy, an edit counting as its editor's approval). Its bundles carry
+# the policy records; both verifiers agree on them and on each way of breaking that member.
+
+import urllib.error  # noqa: E402
+import urllib.request  # noqa: E402
+
+GOV_ORIGIN = "interop.example/governance"
+GOV_POLICY = {
+    "default": {"review_window_seconds": 3600, "approval_ttl_seconds": 600, "mode": "enforce", "redact": []},
+    "tools": {
+        "refund": {"approvals_required": 2, "approvers": ["alice", "bob", "group:treasury"]},
+        "wire_transfer": {"approval_ttl_seconds": 300, "redact": ["/account"], "break_glass": True},
+        "send_email": {"mode": "observe"},
+    },
+}
+GOV_TOKENS = [  # (name, principal, role, groups)
+    ("agent", "agent-1", "agent", ()),
+    ("alice", "alice", "reviewer", ()),
+    ("bob", "bob", "reviewer", ()),
+    ("carol", "carol", "reviewer", ("treasury",)),
+    ("dave", "dave", "reviewer", ()),
+    ("bg", "bg-1", "break_glass", ()),
+    ("bg_reviewer", "bg-1", "reviewer", ()),  # the break-glass user's own reviewer token
+    ("admin", "admin-1", "admin", ()),
+    ("auditor", "auditor-1", "auditor", ()),
+]
+
+
+class Server:
+    """`hitl-ledger serve` over a ledger directory, driven with one token per principal."""
+
+    def __init__(self, led: Ledger):
+        self.led = led
+        self.tokens = {}
+        for name, principal, role, groups in GOV_TOKENS:
+            args = ["token", "add", "--principal", principal, "--role", role, "--format", "json"]
+            for g in groups:
+                args += ["--group", g]
+            self.tokens[name] = json.loads(run(*args, data=led.dir).stdout)["token"]
+        env = dict(os.environ)
+        env.pop("HITL_LEDGER_DATA", None)
+        self.proc = subprocess.Popen([str(BIN), "--data", str(led.dir), "serve", "--listen", "127.0.0.1:0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        line = self.proc.stdout.readline().decode("utf-8", "replace").strip()
+        assert line.startswith("listening on "), line
+        self.url = "http://" + line[len("listening on "):]
+
+    def call(self, who: str, method: str, path: str, body=None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.tokens[who])
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def ok(self, who, method, path, body=None, status=(200, 201)) -> dict:
+        code, answer = self.call(who, method, path, body)
+        assert code in status, (who, method, path, body, code, answer)
+        return answer
+
+    def refused(self, who, method, path, body, status, error) -> None:
+        code, answer = self.call(who, method, path, body)
+        assert (code, answer.get("error")) == (status, error), (who, method, path, code, answer)
+
+    def export(self, thread: str) -> bytes:
+        req = urllib.request.Request(self.url + "/v1/threads/%s/export" % thread)
+        req.add_header("Authorization", "Bearer " + self.tokens["auditor"])
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+            return resp.read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=TIMEOUT)
+
+
+def governed_scenario(s: Server) -> dict:
+    """The governed outcomes, each as the gate answers them; returns what the tests check."""
+    out: dict = {}
+    decide = "/v1/requests/%s/decision"
+    intr = lambda rid, action: s.ok("agent", "POST", "/v1/interrupts", {  # noqa: E731
+        "request_id": rid, "thread_id": "gov", "interrupt_id": "i-" + rid, "action": action})
+    # two-person approval: alice (partial), refusals, carol through group treasury (final)
+    intr("q1", refund(1200))
+    a = s.ok("alice", "POST", decide % "q1", {"decision": "approve"})
+    assert (a["ticket_id"], a["approvals"], a["approvals_required"]) == (None, 1, 2), a
+    s.refused("alice", "POST", decide % "q1", {"decision": "approve", "rationale": "again"}, 403, "approver_already_approved")
+    s.refused("dave", "POST", decide % "q1", {"decision": "approve"}, 403, "approver_not_allowed")
+    b = s.ok("carol", "POST", decide % "q1", {"decision": "approve"})
+    assert b["ticket_id"] and (b["approvals"], b["approvals_required"]) == (2, 2), b
+    assert b["record"]["body"]["approved_as"] == "group:treasury"
+    g = s.ok("agent", "POST", "/v1/requests/q1/authorize", {"ticket_id": b["ticket_id"], "action": refund(1200)})
+    assert g["granted"] is True, g
+    # break-glass of a wire transfer: an agent is refused (recorded), bg-1 opens it, alice reviews
+    action = wire("DE02120300000000202051", 9000)
+    intr("q2", action)
+    s.refused("agent", "POST", "/v1/requests/q2/break-glass", {"action": action, "reason": "outage"}, 403, "forbidden")
+    bg = s.ok("bg", "POST", "/v1/requests/q2/break-glass", {"action": action, "reason": "payments outage"})
+    assert bg["record"]["body"]["break_glass"] is True and bg["ticket_id"], bg
+    s.refused("bg_reviewer", "POST", "/v1/requests/q2/review", {"verdict": "acknowledged", "rationale": "mine"}, 403,
+              "reviewer_is_break_glass_user")
+    s.ok("alice", "POST", "/v1/requests/q2/review", {"verdict": "acknowledged", "rationale": "the outage was real"})
+    assert s.ok("agent", "POST", "/v1/requests/q2/authorize", {"ticket_id": bg["ticket_id"], "action": action})["granted"]
+    # a pause: the approved ticket is denied tool_paused, then grants after the unpause
+    action3 = wire("DE02120300000000202051", 9100)
+    intr("q3", action3)
+    t3 = s.ok("bob", "POST", decide % "q3", {"decision": "approve"})["ticket_id"]
+    out["before_pause"] = s.export("gov")
+    paused = copy.deepcopy(GOV_POLICY)
+    paused["tools"]["wire_transfer"]["mode"] = "paused"
+    s.refused("alice", "PUT", "/v1/policy", paused, 403, "forbidden")
+    s.ok("admin", "PUT", "/v1/policy", paused)
+    d = s.ok("agent", "POST", "/v1/requests/q3/authorize", {"ticket_id": t3, "action": action3})
+    assert (d["granted"], d["code"], d["route"]) == (False, "tool_paused", "manual_operator"), d
+    s.ok("admin", "PUT", "/v1/policy", GOV_POLICY)
+    assert s.ok("agent", "POST", "/v1/requests/q3/authorize", {"ticket_id": t3, "action": action3})["granted"]
+    # an edit: alice's edit counts as her approval of the edited call (1 of 2), bob's is the 2nd
+    intr("q4", refund(5000))
+    e = s.ok("alice", "POST", decide % "q4", {"decision": "edit", "edited_action": refund(4000)})
+    assert (e["ticket_id"], e["approvals"], e["approvals_required"]) == (None, 1, 2), e
+    f = s.ok("bob", "POST", decide % e["new_request_id"], {"decision": "approve"})
+    assert f["ticket_id"] and (f["approvals"], f["approvals_required"]) == (2, 2), f
+    out["bundle"] = s.export("gov")
+    out["refusals"] = s.export("hitl-ledger%2Frefusals")
+    return out
+
+
+@pytest.fixture(scope="module")
+def gov_world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("governance")
+    led = Ledger(base, "g", GOV_ORIGIN)
+    pf = led.work / "policy.json"
+    pf.write_text(json.dumps(GOV_POLICY), "utf-8")
+    run("policy", "set", str(pf), data=led.dir)
+    server = Server(led)
+    try:
+        out = governed_scenario(server)
+    finally:
+        server.stop()
+    # another ledger of the same origin (another key), for entries from another log
+    other = Ledger(base, "h", GOV_ORIGIN)
+    other.append([{"kind": "interrupt", "request_id": "q1", "thread_id": "gov", "interrupt_id": "i",
+                   "action": refund(1)}])
+    out["other"] = other.export("gov")
+    out["led"] = led
+    return out
+
+
+def _records(doc: dict, member: str | None = None) -> list[dict]:
+    entries = doc["records"] if member is None else doc[member]["records"]
+    return [leaf_record(e) for e in entries]
+
+
+def test_governed_bundle_agrees_and_verifies(gov_world, tmp):
+    led = gov_world["led"]
+    r, py = expect(gov_world["bundle"], led.key, tmp, "gov", 0, None)
+    for f in ("records", "decisions", "rejections", "first_ts", "last_ts"):
+        assert r[f] == py[f], f
+    doc = load(gov_world["bundle"])
+    pol = _records(doc, "policy")
+    # init's record, policy set, the pause and the unpause
+    assert [p["kind"] for p in pol] == ["policy"] * 4 and pol[0]["seq"] == 0
+    assert [p["body"]["policy"] for p in pol[1:]][0] == GOV_POLICY
+    recs = _records(doc)
+    kinds = {x["kind"] for x in recs}
+    assert {"interrupt", "decision", "refusal", "review", "authorization"} <= kinds, kinds
+    assert any(x["body"].get("code") == "tool_paused" for x in recs if x["kind"] == "authorization")
+    assert any(x["body"].get("break_glass") is True for x in recs if x["kind"] == "decision")
+    assert any(x["body"].get("ticket_id") is None for x in recs if x["kind"] == "decision")
+    assert {x["body"]["error"] for x in recs if x["kind"] == "refusal"} >= {
+        "approver_already_approved", "approver_not_allowed", "forbidden", "reviewer_is_break_glass_user"}
+    # the older export verifies too, with the policy records of its checkpoint
+    expect(gov_world["before_pause"], led.key, tmp, "gov-before-pause", 0, None)
+    # and the whole ledger
+    p = run("verify", "--format", "json", data=led.dir, check=False)
+    assert p.returncode == 0, p.stdout
+
+
+def test_governed_bundle_stripped_of_its_policy_records(gov_world, tmp):
+    doc = load(gov_world["bundle"])
+    first_interrupt = doc["records"][0]["seq"]
+    del doc["policy"]
+    expect(dump(doc), gov_world["led"].key, tmp, "gov-no-policy", 1, "policy_missing", first_interrupt)
+
+
+def test_governed_bundle_stripped_of_one_policy_record(gov_world, tmp):
+    key = gov_world["led"].key
+    doc = load(gov_world["bundle"])
+    second = doc["policy"]["records"][1]["seq"]
+    del doc["policy"]["records"][0]
+    expect(dump(doc), key, tmp, "gov-policy-first-removed", 1, "thread_gap", second)
+    doc = load(gov_world["bundle"])
+    third = doc["policy"]["records"][2]["seq"]
+    del doc["policy"]["records"][1]
+    expect(dump(doc), key, tmp, "gov-policy-middle-removed", 1, "thread_gap", third)
+    doc = load(gov_world["bundle"])
+    doc["policy"]["records"].pop()
+    expect(dump(doc), key, tmp, "gov-policy-last-removed", 1, "thread_head_mismatch", None)
+    doc = load(gov_world["bundle"])
+    doc["policy"]["records"] = []
+    expect(dump(doc), key, tmp, "gov-policy-emptied", 1, "thread_head_mismatch", None)
+
+
+def test_governed_bundle_policy_entries_reordered_or_edited(gov_world, tmp):
+    key = gov_world["led"].key
+    doc = load(gov_world["bundle"])
+    e = doc["policy"]["records"]
+    e[1], e[2] = e[2], e[1]
+    expect(dump(doc), key, tmp, "gov-policy-swapped", 1, "thread_gap", e[1]["seq"])
+    doc = load(gov_world["bundle"])
+    entry = doc["policy"]["records"][1]
+    _edit_leaf(entry, b'"approvals_required":2', b'"approvals_required":1')
+    expect(dump(doc), key, tmp, "gov-policy-edited", 1, "inclusion_proof", entry["seq"])
+    # an entry of another log at the same seq
+    doc = load(gov_world["bundle"])
+    other = load(gov_world["other"])
+    doc["policy"]["records"][0] = other["policy"]["records"][0]
+    expect(dump(doc), key, tmp, "gov-policy-other-log", 1, "inclusion_proof", 0)
+
+
+def test_governed_bundle_policy_head_mismatched(gov_world, tmp):
+    key = gov_world["led"].key
+    older = load(gov_world["before_pause"])
+    doc = load(gov_world["bundle"])
+    doc["policy"]["thread_head"] = older["policy"]["thread_head"]
+    expect(dump(doc), key, tmp, "gov-policy-older-head", 1, "thread_head_mismatch", None)
+    doc = load(gov_world["bundle"])
+    doc["policy"]["thread_head"] = doc["thread_head"]
+    expect(dump(doc), key, tmp, "gov-policy-thread-head", 1, "thread_head_mismatch", None)
+    doc = load(gov_world["bundle"])
+    doc["policy"]["thread_head"] = load(gov_world["other"])["policy"]["thread_head"]
+    expect(dump(doc), key, tmp, "gov-policy-other-key-head", 1, "thread_head_signature", None)
+    # the older bundle's records and policy with the newer checkpoint
+    doc = load(gov_world["before_pause"])
+    doc["checkpoint"] = load(gov_world["bundle"])["checkpoint"]
+    expect(dump(doc), key, tmp, "gov-older-with-newer-checkpoint", 1, "inclusion_proof", doc["records"][0]["seq"])
+
+
+def test_governed_bundle_policy_member_malformed(gov_world, tmp):
+    key = gov_world["led"].key
+    for i, bad in enumerate([None, "x", {"records": []}, {"thread_head": "x", "records": [{"seq": -1}]}]):
+        doc = load(gov_world["bundle"])
+        doc["policy"] = bad
+        expect(dump(doc), key, tmp, "gov-policy-malformed-%d" % i, 2, "bad_input", None)
+        # check 11 comes after the thread's records: a removed record is reported first
+        second = doc["records"][1]["seq"]
+        del doc["records"][0]
+        expect(dump(doc), key, tmp, "gov-policy-malformed-gap-%d" % i, 1, "thread_gap", second)
+
+
+def _shape(rec: dict) -> tuple:
+    """What a record form fixes: kind, body members, actor role, reserved thread, whether it
+    names a request, and the values that tell the forms apart."""
+    body = rec["body"]
+    marks = tuple(sorted((k, body[k] is None) for k in ("ticket_id", "expires_at", "code", "would_deny") if k in body))
+    thread = rec["thread_id"] if rec["thread_id"].startswith("hitl-ledger/") else "*"
+    return (rec["kind"], tuple(sorted(body)), rec["actor"]["role"], thread, rec["request_id"] is None, marks,
+            body.get("decision"), body.get("error") if rec["kind"] == "refusal" else None)
+
+
+def test_governance_vector_forms_are_the_forms_the_binary_writes(gov_world):
+    """Each record form of tests/vectors/governance.json has the shape of a record the real
+    gate wrote in the governed scenario (the vectors are written in Python from the contract;
+    this ties them to what the ledger does)."""
+    vectors = json.loads((HERE.parents[1] / "tests" / "vectors" / "governance.json").read_text("utf-8"))
+    real = _records(load(gov_world["bundle"])) + _records(load(gov_world["bundle"]), "policy") \
+        + _records(load(gov_world["refusals"]))
+    shapes = {_shape(r) for r in real}
+    for form in vectors["records"]:
+        rec = form["record"]
+        shape = _shape(rec)
+        assert shape in shapes, (form["form"], shape, sorted(x for x in shapes if x[0] == rec["kind"]))
