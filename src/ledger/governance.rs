@@ -189,10 +189,18 @@ impl Batch<'_, '_, '_> {
                 && stored.body_str("reason") == Some(req.reason.as_str())
                 && crate::codec::ct_eq(&digest, &st.action_digest);
             if !same {
-                return Err(conflict(format!(
-                    "request {q_rid} was already decided (seq {seq})",
-                    q_rid = crate::codec::quoted(rid)
-                )));
+                let e = if stored.body.get("break_glass") == Some(&Value::Bool(true)) {
+                    idem_conflict(format!(
+                        "request {q_rid} was already decided by break-glass (seq {seq}) otherwise",
+                        q_rid = crate::codec::quoted(rid)
+                    ))
+                } else {
+                    conflict(format!(
+                        "request {q_rid} was already decided (seq {seq})",
+                        q_rid = crate::codec::quoted(rid)
+                    ))
+                };
+                return Err(e);
             }
             return self.duplicate(
                 seq,

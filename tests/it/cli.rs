@@ -334,7 +334,11 @@ fn regression_init_that_fails_after_creating_the_tables_drops_them_and_its_files
             "{table}: no file, no folder left: {:?}",
             names_in(root.path())
         );
-        assert_eq!(hitl_objects(&url), Vec::<String>::new(), "{table}: no table left");
+        assert_eq!(
+            hitl_objects(&url),
+            Vec::<String>::new(),
+            "{table}: no table left"
+        );
         c.batch_execute("DROP EVENT TRIGGER test_sabotage").unwrap();
         let (code, _, err) = init_on(&dir, &url);
         assert_eq!(code, 0, "{table}: {err}");

@@ -295,9 +295,8 @@ fn init_keys_are_private_and_checkpoint_zero_is_signed() {
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown["seq"], 0, "{shown}");
     assert_eq!(shown["record"]["kind"], "policy", "{shown}");
-    let leaf = hitl_ledger::format::merkle::leaf_hash(&hitl_ledger::format::jcs::to_vec(
-        &shown["record"],
-    ));
+    let leaf =
+        hitl_ledger::format::merkle::leaf_hash(&hitl_ledger::format::jcs::to_vec(&shown["record"]));
     assert_eq!(shown["leaf_hash"], hex::encode(leaf), "{shown}");
     let root = {
         use base64::Engine;
@@ -314,7 +313,11 @@ fn init_keys_are_private_and_checkpoint_zero_is_signed() {
     // Both signed checkpoints verify: size 0 and init's, size 1.
     let (code, v) = cli_verify(&d, &[]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!((&v["checkpoints"], &v["records"]), (&json!(2), &json!(1)), "{v}");
+    assert_eq!(
+        (&v["checkpoints"], &v["records"]),
+        (&json!(2), &json!(1)),
+        "{v}"
+    );
     let seed = std::fs::read_to_string(d.join("signing.key")).unwrap();
     assert!(!out.contains(seed.trim()) && !err.contains(seed.trim()));
     let (code, _, err) = run(&d, &["init", "--origin", "example.com/approvals"]);

@@ -135,8 +135,7 @@ impl RawStore {
             .map(|e| e.unwrap())
             .find_map(|(k, leaf)| {
                 let r: serde_json::Value = serde_json::from_slice(&leaf).ok()?;
-                (r["kind"] == kind && r["request_id"].as_str() == rid)
-                    .then(|| read_be(&k).unwrap())
+                (r["kind"] == kind && r["request_id"].as_str() == rid).then(|| read_be(&k).unwrap())
             })
             .unwrap_or_else(|| panic!("no {kind} record of {rid:?} in the store"))
     }

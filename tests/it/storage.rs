@@ -296,13 +296,20 @@ fn conformance_postgres() {
     let e = PgEngine::open(&url, other).unwrap();
     assert_eq!(e.mismatch().unwrap(), None);
     let mut c = Changes::new();
-    c.put(Keyspace::Meta, b"written".to_vec(), b"by another policy".to_vec());
+    c.put(
+        Keyspace::Meta,
+        b"written".to_vec(),
+        b"by another policy".to_vec(),
+    );
     e.begin_write()
         .unwrap()
         .commit(c, hitl_ledger::storage::Durability::Synced)
         .unwrap();
     assert_eq!(
-        e.snapshot().unwrap().get(Keyspace::Meta, b"written").unwrap(),
+        e.snapshot()
+            .unwrap()
+            .get(Keyspace::Meta, b"written")
+            .unwrap(),
         Some(b"by another policy".to_vec())
     );
 }
