@@ -439,9 +439,9 @@ fn the_log_begins_with_the_policy_record_and_bundles_carry_it() {
 #[test]
 fn governed_histories_written_by_the_gate_have_no_rule_violation() {
     // two-person approval with a group, a pause and an unpause, break-glass and its review
-    let mut f = Fixture::with_policy(Some(&format!(
-        r#"{{"tools": {{"refund": {{"approvals_required": 2, "approvers": ["alice", "bob", "group:treasury"], "break_glass": true}}}}}}"#
-    )));
+    let mut f = Fixture::with_policy(Some(
+        r#"{"tools": {"refund": {"approvals_required": 2, "approvers": ["alice", "bob", "group:treasury"], "break_glass": true}}}"#,
+    ));
     f.interrupt("r", "t", refund(10));
     let partial = decide_as(
         &f,
