@@ -604,11 +604,23 @@ fn break_glass_is_only_for_its_role_only_where_allowed_only_for_the_action_under
         grant_of(&used).code.as_deref(),
         Some("approval_already_used")
     );
-    // Closed: no second break-glass, no reviewer decision.
+    // Closed: the same call by another operator is its duplicate (protocol 8 ignores the
+    // actor), another reason an idempotency conflict, a reviewer's approval a conflict.
+    let other = f
+        .l()
+        .break_glass(
+            "r",
+            glass_req(wire(100), "payments outage, CFO on the phone"),
+            &glass("ivan"),
+        )
+        .unwrap();
+    assert!(other.duplicate && other.seq == a.seq);
     let e = f
         .l()
         .break_glass("r", glass_req(wire(100), "again"), &glass("gina"))
         .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::IdempotencyConflict);
+    let e = approve_as(&f, "r", &rev("bob")).unwrap_err();
     assert_eq!(e.code(), ErrorCode::Conflict);
     assert_verifies(&f, &["t"]);
 }
