@@ -222,12 +222,6 @@ impl RuleReplay {
                         }
                         return None;
                     }
-                    if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true))
-                        && let Some(q) = self.requests.get_mut(&rkey)
-                    {
-                        q.gov.break_glass =
-                            Some(Box::new((*leaf_hash, principal_key(&r.actor.principal))));
-                    }
                 }
                 let ticket = r.body_str("ticket_id").unwrap_or_default();
                 let tkey = ticket_key(ticket);
@@ -253,6 +247,14 @@ impl RuleReplay {
                         used: false,
                     },
                 );
+                // Only an allowed break-glass decision is one (rule 12 reviews it): a forbidden
+                // record changes no state, the ticket rule above included.
+                if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true))
+                    && let Some(q) = self.requests.get_mut(&rkey)
+                {
+                    q.gov.break_glass =
+                        Some(Box::new((*leaf_hash, principal_key(&r.actor.principal))));
+                }
                 let closed = match issuer {
                     Issuer::Approve => Closed::Approved,
                     Issuer::Edit => Closed::Edited,

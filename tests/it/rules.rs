@@ -919,3 +919,48 @@ fn the_policy_members_structure_is_checked_after_the_threads_records() {
         assert_bundle_problem(&f, &other_key, "verifier_key_mismatch", None, 1);
     }
 }
+
+#[test]
+fn a_forbidden_break_glass_decision_is_no_break_glass_use() {
+    // a break-glass decision reusing another request's ticket id (rule 3) changes no state: a
+    // review of it then reviews a request without a break-glass use (12a); `verify` reports both
+    let mut f = Fixture::with_policy(Some(BREAK_GLASS));
+    let (used, _, _) = approved(&f);
+    f.interrupt("r2", "t", refund(10));
+    let mut body = break_glass_body();
+    body["ticket_id"] = json!(used);
+    let bad = forge_as(&mut f, Kind::Decision, "r2", as_break_glass("bg-1"), body);
+    let (_, h) = f.l().record(bad).unwrap().unwrap();
+    let review = forge_as(
+        &mut f,
+        Kind::Review,
+        "r2",
+        as_reviewer("alice"),
+        review_body(&hex::encode(h)),
+    );
+    let report = f.l().verify(None, &mut |_, _| {}).unwrap();
+    let found: Vec<_> = report
+        .problems
+        .iter()
+        .map(|p| (p.code.as_str(), p.seq))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("rule_violation", Some(bad)),
+            ("rule_violation", Some(review))
+        ],
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].message.contains("rule 3: "),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[1].message.contains("rule 12a: "),
+        "{:?}",
+        report.problems
+    );
+}
