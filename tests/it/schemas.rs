@@ -649,7 +649,11 @@ fn every_route_the_router_knows_is_in_openapi() {
     }
     assert_eq!(
         resp("/v1/requests/{request_id}/break-glass", "post", "409"),
-        codes(&["conflict", "break_glass_action_mismatch"])
+        codes(&[
+            "conflict",
+            "idempotency_conflict",
+            "break_glass_action_mismatch"
+        ])
     );
     assert_eq!(
         resp("/v1/requests/{request_id}/review", "post", "409"),
