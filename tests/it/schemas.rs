@@ -849,7 +849,7 @@ fn check_response_refuses_what_the_document_does_not_allow() {
             "/v1/requests/x/break-glass",
             409,
             "idempotency_conflict",
-            false,
+            true,
         ),
         (
             "POST",
@@ -2839,7 +2839,7 @@ fn governance_answers_over_http(s: &crate::server::TestServer) {
             "g4",
             &json!({"action": pager("db down"), "reason": "another"})
         )),
-        (409, Some("conflict".into()))
+        (409, Some("idempotency_conflict".into()))
     );
     ok(&get(a, "/v1/requests/g4", &ops), 200);
     let queue = ok(&get(a, "/v1/reviews/break-glass", &rv), 200);
