@@ -5,8 +5,9 @@
 //!
 //! - **One writer at a time across servers**: a write transaction first takes the ledger's row
 //!   with `SELECT … FOR UPDATE` (in `READ COMMITTED`, so once it holds the row it reads every
-//!   earlier commit) and keeps it until it commits; the row also holds the origin, the
-//!   verifier key and the policy's fingerprint, and a server whose own differ refuses to write.
+//!   earlier commit) and keeps it until it commits; the row also holds the origin and the
+//!   verifier key, and a server whose own differ refuses to write (the policy is the log's own
+//!   `policy` records, read by every server from the database, not compared).
 //! - **Durable commits**: `synchronous_commit = on` for every connection.
 //! - **Retry**: a serialization failure or a deadlock, or a connection lost before `COMMIT`,
 //!   answers [`StorageError::Retry`] (nothing applied). A connection lost during `COMMIT` is
@@ -70,16 +71,17 @@ fn schema_objects() -> Vec<String> {
     t
 }
 
-/// What the database must say about the ledger for this server to write: its origin, its
-/// verifier key (the public half of the signing key every server shares), and the SHA-256 of
-/// the policy in force.
+/// What the database says about the ledger: its origin and its verifier key (the public half
+/// of the signing key every server shares), which a server must share to write, and the SHA-256
+/// of the policy `init` recorded, kept for reference only (the policy in force is the log's
+/// latest `policy` record, protocol section 12).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerRow {
     /// The log's origin.
     pub origin: String,
     /// The verifier key.
     pub verifier_key: String,
-    /// Lowercase hex SHA-256 of the canonical policy.
+    /// Lowercase hex SHA-256 of the canonical policy `init` recorded (not compared).
     pub policy_sha256: String,
 }
 
@@ -227,12 +229,12 @@ impl PgEngine {
         tx.commit().map_err(engine_err("creating the schema"))
     }
 
-    /// Opens the engine on the database at `url` for a server whose origin, verifier key and
-    /// policy are `expect`. Connects once to check; later connections are made as needed.
+    /// Opens the engine on the database at `url` for a server whose origin and verifier key
+    /// are `expect`'s. Connects once to check; later connections are made as needed.
     ///
     /// # Errors
     /// [`StorageError::Unavailable`] when the database cannot be reached; engine errors. A
-    /// database that records another origin, key or policy does not fail here: every write
+    /// database that records another origin or key does not fail here: every write
     /// transaction refuses with [`StorageError::Incompatible`], naming what differs (see
     /// [`PgEngine::mismatch`]).
     pub fn open(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {

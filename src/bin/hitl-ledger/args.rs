@@ -47,7 +47,8 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the ledger: keys, policy, database, the size-0 checkpoint; prints the verifier key.
+    /// Create the ledger: keys, database, the first policy record (seq 0, from the policy file)
+    /// and its checkpoint; prints the verifier key.
     Init {
         /// The log's origin (its key name), e.g. example.com/approvals.
         #[arg(long)]
