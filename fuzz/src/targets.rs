@@ -425,6 +425,7 @@ pub fn rebuild(doc: &Value) -> Option<(Vec<u8>, bool)> {
         thread_id: thread,
         thread_head,
         records: entries,
+        policy: None,
     };
     Some((serde_json::to_vec(&bundle.to_value()).ok()?, all_objects))
 }

@@ -738,6 +738,71 @@ fn every_break_glass_use_waits_for_a_review_by_someone_else() {
 }
 
 #[test]
+fn another_tenants_principals_cannot_break_the_glass_approve_or_review_and_nothing_is_recorded() {
+    let f = Fixture::with_policy(Some(GLASS));
+    f.l()
+        .interrupt(
+            interrupt_req("r", "t", wire(100)),
+            &Actor::agent("acme-pay", Some("acme")),
+        )
+        .unwrap();
+    let globex = |p: &str, role: &str| Actor::with_role(p, role, Some(vec!["globex".into()]));
+    let acme = |p: &str, role: &str| Actor::with_role(p, role, Some(vec!["acme".into()]));
+    let before = f.size();
+    // Not found, and not recorded as a refusal either: a request the caller does not reach is
+    // not its to write in, whatever its role (bob is a named approver, of another tenant).
+    for who in [globex("gina", "break_glass"), globex("gus", "reviewer")] {
+        let e = f
+            .l()
+            .break_glass("r", glass_req(wire(100), "outage"), &who)
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::RequestNotFound, "{}", who.principal);
+    }
+    let e = approve_as(&f, "r", &globex("bob", "reviewer")).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::RequestNotFound);
+    assert_eq!(f.size(), before);
+    f.l()
+        .break_glass(
+            "r",
+            glass_req(wire(100), "outage"),
+            &acme("gina", "break_glass"),
+        )
+        .unwrap();
+    let before = f.size();
+    let e = f
+        .l()
+        .review(
+            "r",
+            review_req("disputed", "not yours to judge"),
+            &globex("bob", "reviewer"),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::RequestNotFound);
+    assert_eq!(f.size(), before);
+    assert!(
+        f.l()
+            .break_glass_queue(&globex("bob", "reviewer"))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        f.l()
+            .break_glass_queue(&acme("ann", "reviewer"))
+            .unwrap()
+            .len(),
+        1
+    );
+    f.l()
+        .review(
+            "r",
+            review_req("acknowledged", "outage confirmed"),
+            &acme("ann", "reviewer"),
+        )
+        .unwrap();
+    assert_verifies(&f, &["t"]);
+}
+
+#[test]
 fn reindex_rebuilds_the_policy_in_force_the_approvals_and_the_review_queue() {
     let mut f = Fixture::with_policy(Some(
         r#"{"tools": {"wire": {"approvals_required": 2, "break_glass": true}}}"#,
