@@ -1108,16 +1108,6 @@ export async function verifyBundle(bytes, keyText) {
       throw new Problem('bad_input', `the trusted key is not a verifier key: ${e.message}`);
     }
     const b = parseBundle(bytes);
-    // The policy member's structure is part of check 2 (bad_input before anything else).
-    let policyEntries = null;
-    if (b.policy !== undefined) {
-      const bad = (m) => new Problem('bad_input', m, null, 'policy');
-      const pd = b.policy;
-      if (!isObject(pd)) throw bad('the bundle\'s "policy" is not an object');
-      if (!has(pd, 'thread_head') || typeof pd.thread_head !== 'string') throw bad('the bundle\'s policy.thread_head is missing or not a string');
-      if (!has(pd, 'records') || !Array.isArray(pd.records)) throw bad('the bundle\'s policy.records is missing or not a list');
-      policyEntries = parseEntries(pd.records, 'policy.records', bad);
-    }
     report.records = b.entries.length;
     passed.add('structure');
     details.set('structure', `${b.entries.length} records of thread ${q(b.threadId)}; trusted key ${key.name}+${toHex(key.keyId)}`);
@@ -1163,10 +1153,16 @@ export async function verifyBundle(bytes, keyText) {
     passed.add('head');
 
     // Checks 11 and 12: the policy records the thread's records were evaluated under.
+    // The policy member's structure is check 11's (docs/protocol.md 6.2): bad_input, judged
+    // after the thread's own records, as the command line judges it.
     let policy = [];
-    if (policyEntries !== null) {
+    if (b.policy !== undefined) {
+      const bad = (m) => new Problem('bad_input', m, null, 'policy');
       const pd = b.policy;
-      const entries = policyEntries;
+      if (!isObject(pd)) throw bad('the bundle\'s "policy" is not an object');
+      if (!has(pd, 'thread_head') || typeof pd.thread_head !== 'string') throw bad('the bundle\'s policy.thread_head is missing or not a string');
+      if (!has(pd, 'records') || !Array.isArray(pd.records)) throw bad('the bundle\'s policy.records is missing or not a list');
+      const entries = parseEntries(pd.records, 'policy.records', bad);
       const pth = await openHead(pd.thread_head, key, 'policy thread head', 'policy');
       const got = await checkEntries(entries, POLICY_THREAD, b.origin, cp, 'policy.records', 'policy', () => {}, { at: null });
       checkHead(pth, b.origin, POLICY_THREAD, cp, BigInt(entries.length), got.last, 'policy');
