@@ -510,6 +510,9 @@ const OPTIONAL_FIELDS = {
   interrupt: [['policy', 'hash']],
   decision: [['approvals', 'count'], ['approvals_required', 'count'], ['approved_as', 'str'], ['break_glass', 'true'],
     ['reason', 'nonempty']],
+  // A reason code (docs/protocol.md 12): whether the policy in force lists it is rule 13.
+  rejection: [['reason_code', 'str']],
+  revocation: [['reason_code', 'str']],
 };
 
 const TYPE_OK = {
@@ -648,12 +651,17 @@ function readLeaf(leaf) {
 
 const GROUP_PREFIX = 'group:';
 const POLICY_FIELDS = ['review_window_seconds', 'approval_ttl_seconds', 'mode', 'redact', 'approvers', 'approvals_required',
-  'break_glass'];
+  'break_glass', 'reason_codes'];
+/** The reason codes where a policy document sets none (docs/protocol.md 12). */
+const DEFAULT_REASON_CODES = Object.freeze(['wrong_amount', 'wrong_payee', 'not_authorized', 'duplicate', 'policy_violation',
+  'other']);
+/** A reason code: [a-z][a-z0-9_]{0,63}. */
+const isReasonCode = (c) => typeof c === 'string' && /^[a-z][a-z0-9_]{0,63}$/.test(c);
 const MODES = ['enforce', 'observe', 'paused'];
 /** The empty document's resolution, in force before the first policy record. */
 const EMPTY_TOOL = Object.freeze({
   review_window_seconds: 3600, approval_ttl_seconds: 600, mode: 'enforce', redact: [], approvers: null,
-  approvals_required: 1, break_glass: false,
+  approvals_required: 1, break_glass: false, reason_codes: DEFAULT_REASON_CODES,
 });
 
 /** A JSON number the ledger reads as a u64 (an integer from 0 to 2^64 - 1). */
@@ -679,6 +687,13 @@ function policyEntry(name, p) {
       if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) throw wrong();
     } else if (k === 'break_glass') {
       if (typeof v !== 'boolean') throw wrong();
+    } else if (k === 'reason_codes') {
+      if (!Array.isArray(v)) throw wrong();
+      if (v.length === 0) throw new Error(`policy ${name}.reason_codes must name at least one code`);
+      v.forEach((c, i) => {
+        if (!isReasonCode(c)) throw new Error(`policy ${name}.reason_codes[${i}] is not a reason code`);
+        if (v.indexOf(c) !== i) throw new Error(`policy ${name}.reason_codes names ${q(c)} twice`);
+      });
     } else if (!isU64Number(v)) {
       throw wrong();
     } else if (v === 0) {
@@ -751,7 +766,7 @@ const bodyTs = (r, f) => tsMicros(bodyStr(r, f));
 const CLOSED_NAMES = { approved: 'approved', edited: 'edited', rejected: 'rejected', timed_out: 'timed out', revoked_open: 'revoked while open' };
 
 /**
- * The approval-rule replay (docs/protocol.md 6.3, rules 1 to 12): records in seq order in
+ * The approval-rule replay (docs/protocol.md 6.3, rules 1 to 13): records in seq order in
  * (a bundle's thread and policy records merged), the first outcome the rules forbid out.
  * `policyDigests` maps a policy record's seq (a Number or BigInt) to the digest of its
  * document as computed here ("sha256:" + hex), for rule 8.
@@ -827,6 +842,10 @@ export class RuleReplay {
       case 'rejection': {
         if (req.closed) return `rule 3a: a second closing record of request ${q(rid)} (it was ${CLOSED_NAMES[req.closed]})`;
         if (ts >= req.deadline) return `rule 3b: a closing record of request ${q(rid)} at or after the review deadline`;
+        if (r.kind === 'rejection') {
+          const v = this.reasonCode(r, req, rid);
+          if (v !== null) return v;
+        }
         if (r.kind === 'decision') {
           const v = this.decision(r, req, rid);
           if (v !== null) return v;
@@ -854,18 +873,23 @@ export class RuleReplay {
         if (bodyTs(r, 'expires_at') !== req.deadline) return `rule 4c: a timeout of request ${q(rid)} naming another deadline`;
         req.closed = 'timed_out';
         return null;
-      case 'revocation':
+      case 'revocation': {
         if (req.closed === null) {
           if (ts >= req.deadline) return `rule 5a: a revocation of the overdue request ${q(rid)}`;
+          const v = this.reasonCode(r, req, rid);
+          if (v !== null) return v;
           req.closed = 'revoked_open';
           req.revoked = true;
           return null;
         }
         if (req.closed === 'approved' && !req.revoked) {
+          const v = this.reasonCode(r, req, rid);
+          if (v !== null) return v;
           req.revoked = true;
           return null;
         }
         return `rule 5c: a revocation of request ${q(rid)}, which is ${req.revoked ? 'already revoked' : CLOSED_NAMES[req.closed]}`;
+      }
       case 'authorization':
         return this.grant(r, rid, ts, req);
       case 'follow_up': {
@@ -927,6 +951,14 @@ export class RuleReplay {
       return `rule 10d: approval counts of request ${q(rid)} that are not the replay's (${n} of ${need})`;
     }
     return null;
+  }
+
+  /** Rule 13: a rejection's or revocation's `reason_code` is one of its tool's `reason_codes` in force. */
+  reasonCode(r, req, rid) {
+    if (!has(r.body, 'reason_code')) return null;
+    const code = bodyStr(r, 'reason_code');
+    if (code !== null && this.tool(req.tool).reason_codes.includes(code)) return null;
+    return `rule 13: a ${r.kind} of request ${q(rid)} whose reason_code ${q(code ?? '')} is not among its tool's reason_codes in the policy in force`;
   }
 
   /** Rule 12: a review names the request's break-glass use, is not by its user, and is the only one. */

@@ -48,6 +48,9 @@ pub enum ErrorCode {
     NoBreakGlass,
     /// A follow-up's `follows` does not name a record of the same request.
     UnknownFollows,
+    /// A rejection's or revocation's `reason_code` is malformed or not in the list of the
+    /// policy in force for the request's tool (protocol section 12); nothing is written.
+    UnknownReasonCode,
     /// No or unknown bearer token.
     Unauthenticated,
     /// The token's role may not use the route.
@@ -120,6 +123,7 @@ impl ErrorCode {
             ReviewerIsBreakGlassUser => "reviewer_is_break_glass_user",
             NoBreakGlass => "no_break_glass",
             UnknownFollows => "unknown_follows",
+            UnknownReasonCode => "unknown_reason_code",
             Unauthenticated => "unauthenticated",
             Forbidden => "forbidden",
             NotFound => "not_found",
@@ -150,7 +154,8 @@ impl ErrorCode {
         match self {
             InvalidJson | UnknownField | MissingField | InvalidRequest | InvalidIdentifier
             | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
-            | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy => 400,
+            | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy
+            | UnknownReasonCode => 400,
             Unauthenticated => 401,
             Forbidden
             | ApproverNotAllowed

@@ -18,9 +18,9 @@ pub fn load(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
 }
 
-/// The SHA-256 of each vector file (as copied, or as generated: `governance.json`), recorded in
-/// `tests/vectors/README.md`.
-const RECORDED: [(&str, &str); 5] = [
+/// The SHA-256 of each vector file (as copied, or as generated: `governance.json`,
+/// `reasons.json`), recorded in `tests/vectors/README.md`.
+const RECORDED: [(&str, &str); 6] = [
     (
         "action_digest.json",
         "baef69bc93781d7c13c39bae4e4249cbb6257cfbf2808159bdf89c15f2000c88",
@@ -28,6 +28,10 @@ const RECORDED: [(&str, &str); 5] = [
     (
         "governance.json",
         "edd314bd562113efa9c938a60d59b9187e9852320ef65f7ad57a54e5bd1d4499",
+    ),
+    (
+        "reasons.json",
+        "7b9eda30059e18d167037e258b91d39e29d08d2fd42ee6f44892072c5e80d3f4",
     ),
     (
         "jcs.json",

@@ -702,6 +702,9 @@ fn optional_fields(kind: Kind) -> &'static [(&'static str, F)] {
             ("break_glass", F::True),
             ("reason", F::NonEmpty),
         ],
+        // The reason code of a rejection or revocation (one of the tool's `reason_codes`
+        // in the policy in force: the replay's rule 13 judges that, not the envelope).
+        Kind::Rejection | Kind::Revocation => &[("reason_code", F::Str)],
         _ => &[],
     }
 }

@@ -60,6 +60,37 @@ pub(super) fn idem_conflict(msg: impl Into<String>) -> Error {
     Error::new(ErrorCode::IdempotencyConflict, msg)
 }
 
+/// Checks a rejection's or revocation's `reason_code` against the tool's `reason_codes` in the
+/// policy in force (protocol section 12): `unknown_reason_code` naming the code, the tool and
+/// its list when the list does not hold it. No code is always accepted.
+fn check_reason_code(
+    code: Option<&str>,
+    tool_name: &str,
+    tool: &crate::model::policy::ToolPolicy,
+) -> Result<()> {
+    match code {
+        Some(c) if !tool.allows_reason(c) => Err(Error::new(
+            ErrorCode::UnknownReasonCode,
+            format!(
+                "reason_code {q_c} is not among the reason_codes of tool {q_t} in the policy in force ({})",
+                tool.reason_codes.join(", "),
+                q_c = crate::codec::quoted(c),
+                q_t = crate::codec::quoted(tool_name)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A body with `reason_code` added when there is one (an omitted code is not recorded, so
+/// records without one are as before).
+fn with_reason_code(mut body: Map<String, Value>, code: Option<String>) -> Map<String, Value> {
+    if let Some(c) = code {
+        body.insert("reason_code".into(), Value::String(c));
+    }
+    body
+}
+
 /// The most timeouts one sweep records (one batch); [`crate::ledger::Ledger::sweep`] runs
 /// sweeps until none is due.
 pub const MAX_SWEEP: usize = 1024;
@@ -325,8 +356,14 @@ impl Batch<'_, '_, '_> {
                 Ok(a)
             }
             DecisionKind::Reject => {
+                // After admission, so a reviewer the policy does not admit is refused (and
+                // recorded) whatever the code; before anything is written.
+                check_reason_code(req.reason_code.as_deref(), &st.tool, &tool)?;
                 let ticket = self.new_id()?;
-                let body = obj(json!({"rationale": req.rationale, "ticket_id": ticket}));
+                let body = with_reason_code(
+                    obj(json!({"rationale": req.rationale, "ticket_id": ticket})),
+                    req.reason_code,
+                );
                 let mut a =
                     self.append(Draft::for_request(Kind::Rejection, &st, rid, body), actor)?;
                 a.extra = Extra::Decision {
@@ -677,6 +714,12 @@ impl Batch<'_, '_, '_> {
                     q_rid = crate::codec::quoted(rid)
                 )));
             }
+            if stored.body_str("reason_code") != req.reason_code.as_deref() {
+                return Err(idem_conflict(format!(
+                    "request {q_rid} was already revoked (seq {seq}) with another reason_code",
+                    q_rid = crate::codec::quoted(rid)
+                )));
+            }
             return self.duplicate(seq, Extra::None);
         }
         may_revoke(st.status).map_err(|e| {
@@ -686,7 +729,9 @@ impl Batch<'_, '_, '_> {
                 q_rid = crate::codec::quoted(rid)
             ))
         })?;
-        let body = obj(json!({"reason": req.reason}));
+        let tool = self.policy()?.policy.for_tool(&st.tool);
+        check_reason_code(req.reason_code.as_deref(), &st.tool, &tool)?;
+        let body = with_reason_code(obj(json!({"reason": req.reason})), req.reason_code);
         self.append(Draft::for_request(Kind::Revocation, &st, rid, body), actor)
     }
 

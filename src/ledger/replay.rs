@@ -122,6 +122,13 @@ impl Batch<'_, '_, '_> {
                 q_rid = crate::codec::quoted(rid)
             )));
         }
+        // A rejection's reason code is its content too (an omitted one is no code).
+        if stored.body_str("reason_code") != req.reason_code.as_deref() {
+            return Err(idem_conflict(format!(
+                "request {q_rid} was already decided ({stored_value}, seq {seq}) with another reason_code",
+                q_rid = crate::codec::quoted(rid)
+            )));
+        }
         let ticket_id = stored.body_str("ticket_id").map(str::to_owned);
         match req.decision {
             DecisionKind::Approve => self.duplicate(

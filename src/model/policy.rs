@@ -1,5 +1,6 @@
 //! Per-tool policy (protocol section 12): review window, approval lifetime, gate mode,
-//! redaction, who may decide and how many must approve, and whether break-glass is allowed.
+//! redaction, who may decide and how many must approve, whether break-glass is allowed, and the
+//! reason codes a rejection or revocation may carry.
 //! The policy in force is a `policy` record of the log (its document is what [`Policy`]
 //! parses); a file is read only by `init`, and by a ledger that holds no policy record yet.
 
@@ -41,6 +42,31 @@ impl Mode {
 /// The prefix of an `approvers` entry naming a group of the tokens file.
 pub const GROUP_PREFIX: &str = "group:";
 
+/// The reason codes in force where a policy document sets none (protocol section 12).
+pub const DEFAULT_REASON_CODES: [&str; 6] = [
+    "wrong_amount",
+    "wrong_payee",
+    "not_authorized",
+    "duplicate",
+    "policy_violation",
+    "other",
+];
+
+/// Whether `code` has the form of a reason code: `[a-z][a-z0-9_]{0,63}`.
+pub fn is_reason_code(code: &str) -> bool {
+    let b = code.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// The default list, owned.
+fn default_reason_codes() -> Vec<String> {
+    DEFAULT_REASON_CODES.iter().map(|c| c.to_string()).collect()
+}
+
 /// The policy that applies to one tool, all fields resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolPolicy {
@@ -58,6 +84,9 @@ pub struct ToolPolicy {
     pub approvals_required: u64,
     /// Whether a `break_glass` principal may open an emergency grant.
     pub break_glass: bool,
+    /// The codes a rejection's or revocation's `reason_code` may take (in the document's
+    /// order; [`DEFAULT_REASON_CODES`] where the document sets none).
+    pub reason_codes: Vec<String>,
 }
 
 impl ToolPolicy {
@@ -84,6 +113,11 @@ impl ToolPolicy {
             })
             .cloned()
     }
+
+    /// Whether `code` is one of the tool's [`ToolPolicy::reason_codes`].
+    pub fn allows_reason(&self, code: &str) -> bool {
+        self.reason_codes.iter().any(|c| c == code)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -96,6 +130,7 @@ struct PartialPolicy {
     approvers: Option<Vec<String>>,
     approvals_required: Option<u64>,
     break_glass: Option<bool>,
+    reason_codes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -144,6 +179,7 @@ impl Default for Policy {
                 approvers: None,
                 approvals_required: 1,
                 break_glass: false,
+                reason_codes: default_reason_codes(),
             },
             tools: BTreeMap::new(),
             document: serde_json::json!({}),
@@ -161,7 +197,8 @@ impl Policy {
     /// # Errors
     /// `invalid_policy` naming the problem: not JSON or not canonicalizable, an unknown field,
     /// a zero duration, an unknown mode, a bad pointer, a bad approver, an `approvals_required`
-    /// of 0 or above the number of named approvers.
+    /// of 0 or above the number of named approvers, a `reason_codes` list that is empty, holds
+    /// a malformed code or names one twice.
     pub fn parse(text: &str) -> Result<Policy> {
         let value = jcs::parse(
             text.as_bytes(),
@@ -208,6 +245,7 @@ impl Policy {
             approvers: d.approvers.clone(),
             approvals_required: d.approvals_required.unwrap_or(1),
             break_glass: d.break_glass.unwrap_or(false),
+            reason_codes: d.reason_codes.clone().unwrap_or(base.reason_codes),
         };
         let policy = Policy {
             default,
@@ -253,13 +291,17 @@ impl Policy {
 
     /// A fingerprint of what the policy decides: lowercase hex SHA-256 of the canonical JSON
     /// of the resolved default and of each tool's resolved policy. Two documents that decide
-    /// the same (whatever their spelling) have the same fingerprint.
+    /// the same (whatever their spelling) have the same fingerprint. A tool whose reason codes
+    /// are the default list (as a set) is fingerprinted without them, so documents from before
+    /// `reason_codes` keep the fingerprint they had (a PostgreSQL database records it).
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
+        let mut default_codes = default_reason_codes();
+        default_codes.sort();
         let resolved = |p: &ToolPolicy| {
             let mut redact = p.redact.clone();
             redact.sort();
-            serde_json::json!({
+            let mut v = serde_json::json!({
                 "review_window_seconds": p.review_window_seconds,
                 "approval_ttl_seconds": p.approval_ttl_seconds,
                 "mode": p.mode.as_str(),
@@ -267,7 +309,13 @@ impl Policy {
                 "approvers": p.approvers,
                 "approvals_required": p.approvals_required,
                 "break_glass": p.break_glass,
-            })
+            });
+            let mut codes = p.reason_codes.clone();
+            codes.sort();
+            if codes != default_codes {
+                v["reason_codes"] = serde_json::json!(codes);
+            }
+            v
         };
         let tools: serde_json::Map<String, serde_json::Value> = self
             .tools
@@ -310,6 +358,9 @@ impl Policy {
             }
             if let Some(b) = t.break_glass {
                 p.break_glass = b;
+            }
+            if let Some(c) = &t.reason_codes {
+                p.reason_codes = c.clone();
             }
         }
         p
@@ -388,6 +439,27 @@ fn check(name: &str, p: &PartialPolicy) -> Result<()> {
                 return Err(invalid(format!(
                     "policy {name}.approvers names {} twice",
                     crate::codec::quoted(a)
+                )));
+            }
+        }
+    }
+    if let Some(list) = &p.reason_codes {
+        if list.is_empty() {
+            return Err(invalid(format!(
+                "policy {name}.reason_codes must name at least one code (omit it for the default list)"
+            )));
+        }
+        for (i, c) in list.iter().enumerate() {
+            if !is_reason_code(c) {
+                return Err(invalid(format!(
+                    "policy {name}.reason_codes[{i}] {} is not a reason code ([a-z][a-z0-9_]{{0,63}})",
+                    crate::codec::quoted(c)
+                )));
+            }
+            if list[..i].contains(c) {
+                return Err(invalid(format!(
+                    "policy {name}.reason_codes names {} twice",
+                    crate::codec::quoted(c)
                 )));
             }
         }
@@ -471,6 +543,17 @@ mod tests {
             r#"{"tools": {"t": {"approvers": null}}}"#,
             r#"{"tools": {"t": null}}"#,
             r#"{"tools": null}"#,
+            r#"{"default": {"reason_codes": []}}"#,
+            r#"{"tools": {"t": {"reason_codes": []}}}"#,
+            r#"{"tools": {"t": {"reason_codes": ["ok", "ok"]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": ["Wrong"]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": ["1st"]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": ["a-b"]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": [""]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": ["a b"]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": "other"}}}"#,
+            r#"{"tools": {"t": {"reason_codes": [1]}}}"#,
+            r#"{"tools": {"t": {"reason_codes": null}}}"#,
         ] {
             let e = Policy::parse(bad).unwrap_err();
             assert_eq!(e.code(), ErrorCode::InvalidPolicy, "{bad}");
@@ -517,5 +600,56 @@ mod tests {
         assert!(a.digest().starts_with("sha256:") && a.digest().len() == 71);
         let b = Policy::from_document(a.document()).unwrap();
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn reason_codes_default_and_a_tool_list_replaces_the_default() {
+        let p = Policy::parse(INITIAL_POLICY).unwrap();
+        let codes = p.for_tool("wire_transfer").reason_codes;
+        assert_eq!(codes, DEFAULT_REASON_CODES.map(String::from).to_vec());
+        let p = Policy::parse(
+            r#"{"default": {"reason_codes": ["fraud", "other"]},
+                "tools": {"wire": {"reason_codes": ["wrong_iban"]}, "refund": {}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.for_tool("wire").reason_codes,
+            vec!["wrong_iban".to_string()]
+        );
+        assert!(!p.for_tool("wire").allows_reason("fraud"));
+        assert!(p.for_tool("refund").allows_reason("fraud"));
+        assert!(p.for_tool("elsewhere").allows_reason("other"));
+        assert!(!p.for_tool("elsewhere").allows_reason("duplicate"));
+        let longest = format!("a{}", "z".repeat(63));
+        assert!(is_reason_code(&longest) && !is_reason_code(&format!("{longest}z")));
+        assert!(is_reason_code("a") && is_reason_code("x_9") && !is_reason_code("_x"));
+    }
+
+    #[test]
+    fn reason_codes_leave_the_fingerprint_of_older_documents_alone() {
+        // Fixed before `reason_codes` existed: a PostgreSQL database records it.
+        let initial = Policy::parse(INITIAL_POLICY).unwrap();
+        assert_eq!(
+            initial.fingerprint(),
+            "5416e8c03a0fc9e434cb062b84d9d2328af4401ac2fea3ecb08ed5d59acd0513"
+        );
+        // Spelling the default list out (in any order) decides the same.
+        let spelled = Policy::parse(
+            r#"{"default": {"approval_ttl_seconds": 60,
+                "reason_codes": ["other", "wrong_amount", "wrong_payee", "not_authorized", "duplicate", "policy_violation"]}}"#,
+        )
+        .unwrap();
+        let plain = Policy::parse(r#"{"default": {"approval_ttl_seconds": 60}}"#).unwrap();
+        assert_eq!(spelled.fingerprint(), plain.fingerprint());
+        let other = Policy::parse(
+            r#"{"default": {"approval_ttl_seconds": 60, "reason_codes": ["other"]}}"#,
+        )
+        .unwrap();
+        assert_ne!(other.fingerprint(), plain.fingerprint());
+        // The digest is of the document as given: unchanged by the default list.
+        assert_eq!(
+            plain.document(),
+            &serde_json::json!({"default": {"approval_ttl_seconds": 60}})
+        );
     }
 }

@@ -154,6 +154,25 @@ impl Fields {
         Ok(s)
     }
 
+    /// An optional `reason_code`: a string of the form of a reason code
+    /// ([`crate::model::policy::is_reason_code`]), else `unknown_reason_code`; whether the
+    /// policy in force lists it is the gate's check.
+    fn opt_reason_code(&self) -> Result<Option<String>> {
+        let code = self.opt_str("reason_code")?;
+        if let Some(c) = &code
+            && !crate::model::policy::is_reason_code(c)
+        {
+            return Err(Error::new(
+                ErrorCode::UnknownReasonCode,
+                format!(
+                    "reason_code {q_c} is not a reason code ([a-z][a-z0-9_]{{0,63}}, one of the policy's reason_codes)",
+                    q_c = crate::codec::quoted(c)
+                ),
+            ));
+        }
+        Ok(code)
+    }
+
     fn non_empty(&self, k: &str, s: String) -> Result<String> {
         if s.trim().is_empty() {
             return Err(Error::new(
@@ -319,15 +338,21 @@ pub struct DecisionRequest {
     pub rationale: Option<String>,
     /// The edited call, exactly when `edit`.
     pub edited_action: Option<Action>,
+    /// A rejection's reason code (protocol section 12: one of the tool's `reason_codes`).
+    pub reason_code: Option<String>,
 }
 
 impl DecisionRequest {
     /// Decodes and validates a decision body.
     ///
     /// # Errors
-    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`.
+    /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`;
+    /// `unknown_reason_code` for a malformed `reason_code`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(map, &["decision", "rationale", "edited_action"])?;
+        let f = Fields::new(
+            map,
+            &["decision", "rationale", "edited_action", "reason_code"],
+        )?;
         let d = f.req_str("decision")?;
         let decision = DecisionKind::parse(&d).ok_or_else(|| {
             Error::new(
@@ -343,6 +368,13 @@ impl DecisionRequest {
             Some(v) => Some(Action::from_value(v)?),
             None => None,
         };
+        if decision != DecisionKind::Reject && f.opt("reason_code").is_some() {
+            return Err(Error::new(
+                ErrorCode::InvalidRequest,
+                "\"reason_code\" is only for a rejection",
+            ));
+        }
+        let reason_code = f.opt_reason_code()?;
         match decision {
             DecisionKind::Edit if edited_action.is_none() => {
                 return Err(Error::new(
@@ -368,6 +400,7 @@ impl DecisionRequest {
             decision,
             rationale,
             edited_action,
+            reason_code,
         })
     }
 }
@@ -435,18 +468,22 @@ impl AuthorizeRequest {
 pub struct RevokeRequest {
     /// Why (non-empty).
     pub reason: String,
+    /// The reason code (protocol section 12: one of the tool's `reason_codes`).
+    pub reason_code: Option<String>,
 }
 
 impl RevokeRequest {
     /// Decodes and validates a revoke body.
     ///
     /// # Errors
-    /// `unknown_field`, `missing_field`, `invalid_request`.
+    /// `unknown_field`, `missing_field`, `invalid_request`; `unknown_reason_code` for a
+    /// malformed `reason_code`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(map, &["reason"])?;
+        let f = Fields::new(map, &["reason", "reason_code"])?;
         let reason = f.req_str("reason")?;
         Ok(RevokeRequest {
             reason: f.non_empty("reason", reason)?,
+            reason_code: f.opt_reason_code()?,
         })
     }
 }

@@ -1,6 +1,6 @@
-//! The governance rules of the replay (protocol section 6.3, rules 6f and 8 to 12), pure: the
-//! policy in force along the log, and what it requires of decisions, break-glass uses and
-//! their reviews. [`super::rules::RuleReplay`] keeps the per-request state and asks here.
+//! The governance rules of the replay (protocol section 6.3, rules 6f and 8 to 13), pure: the
+//! policy in force along the log, and what it requires of decisions, break-glass uses, their
+//! reviews, and the reason codes of rejections and revocations. [`super::rules::RuleReplay`] keeps the per-request state and asks here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -149,6 +149,22 @@ impl Governance {
             ));
         }
         None
+    }
+
+    /// Rule 13: a rejection's or revocation's `reason_code` (when present) is one of T(R)'s
+    /// `reason_codes` in the policy in force.
+    pub(super) fn reason_code(&self, r: &Record, q: &RequestGov, rid: &str) -> Option<String> {
+        let code = r.body.get("reason_code")?;
+        let t = self.tool(&q.tool);
+        if code.as_str().is_some_and(|c| t.allows_reason(c)) {
+            return None;
+        }
+        Some(format!(
+            "rule 13: a {} of request {} whose reason_code {} is not among its tool's reason_codes in the policy in force",
+            r.kind.as_str(),
+            crate::codec::quoted(rid),
+            crate::codec::quoted(code.as_str().unwrap_or_default())
+        ))
     }
 
     /// Rule 12: a review names the request's break-glass use, is not by its user, and is the
@@ -332,6 +348,116 @@ mod tests {
         let key = v["verifier_key"].as_str().unwrap();
         let bundles = v["bundles"].as_array().unwrap();
         assert!(bundles.len() >= 20);
+        for c in bundles {
+            let name = c["name"].as_str().unwrap();
+            let bytes = serde_json::to_vec(&c["bundle"]).unwrap();
+            let r = crate::verify::verify_bundle(&bytes, key);
+            let exp = &c["expect"];
+            if exp["ok"] == true {
+                assert!(r.ok(), "{name}: {:?}", r.problem);
+                continue;
+            }
+            let p = r.problem.unwrap_or_else(|| panic!("{name} verified"));
+            assert_eq!(
+                p.code.as_str(),
+                exp["code"].as_str().unwrap(),
+                "{name}: {p:?}"
+            );
+            assert_eq!(p.seq, exp["seq"].as_u64(), "{name}: {p:?}");
+            if let Some(rule) = exp["rule"].as_str() {
+                assert!(
+                    p.message.contains(&format!("rule {rule}: ")),
+                    "{name}: {}",
+                    p.message
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod reasons_vectors {
+    //! The structured-reasons known-answer vectors (`tests/vectors/reasons.json`, written from
+    //! the contract by `tests/interop/reasons_vectors.py`): the rejection and revocation forms
+    //! with and without `reason_code` read back with their leaf hashes, the policy documents
+    //! validate (or not) with their digests, each tool's list is the policy's, and each bundle
+    //! gets its verdict (rule 13).
+
+    use serde_json::Value;
+
+    use crate::format::{jcs, merkle, record::Record};
+    use crate::model::policy::{DEFAULT_REASON_CODES, Policy};
+
+    fn vectors() -> Value {
+        crate::test_vectors::load("reasons.json")
+    }
+
+    #[test]
+    fn the_default_list_is_the_contracts() {
+        let v = vectors();
+        let listed: Vec<&str> = v["default_reason_codes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, DEFAULT_REASON_CODES);
+    }
+
+    #[test]
+    fn rejection_and_revocation_forms_read_back_with_their_leaf_hashes() {
+        let v = vectors();
+        let records = v["records"].as_array().unwrap();
+        assert_eq!(records.len(), 4);
+        for c in records {
+            let leaf = c["leaf"].as_str().unwrap().as_bytes();
+            let r = Record::from_leaf(leaf).unwrap_or_else(|e| panic!("{}: {e}", c["form"]));
+            assert_eq!(r.to_value(), c["record"], "{}", c["form"]);
+            assert_eq!(
+                hex::encode(merkle::leaf_hash(leaf)),
+                c["leaf_hash"].as_str().unwrap(),
+                "{}",
+                c["form"]
+            );
+            let form = c["form"].as_str().unwrap();
+            assert_eq!(
+                r.body.contains_key("reason_code"),
+                form.ends_with("_with_reason_code"),
+                "{form}"
+            );
+        }
+    }
+
+    #[test]
+    fn policy_documents_validate_with_their_digests_and_resolve_the_lists() {
+        let v = vectors();
+        let mut valid = std::collections::HashMap::new();
+        for c in v["policy_documents"].as_array().unwrap() {
+            let canonical = c["canonical"].as_str().unwrap().as_bytes();
+            let doc = jcs::parse(canonical, jcs::ParseOptions::default()).unwrap();
+            let name = c["name"].as_str().unwrap();
+            match Policy::from_document(&doc) {
+                Ok(p) => {
+                    assert_eq!(c["valid"], true, "{name} validates");
+                    assert_eq!(p.digest(), c["policy_digest"].as_str().unwrap(), "{name}");
+                    valid.insert(name.to_string(), p);
+                }
+                Err(e) => assert_eq!(c["valid"], false, "{name}: {}", e.message()),
+            }
+        }
+        for c in v["reason_codes"].as_array().unwrap() {
+            let p = &valid[c["document"].as_str().unwrap()];
+            let t = p.for_tool(c["tool"].as_str().unwrap());
+            assert_eq!(serde_json::json!(t.reason_codes), c["reason_codes"], "{c}");
+        }
+    }
+
+    #[test]
+    fn bundles_get_their_verdicts() {
+        let v = vectors();
+        let key = v["verifier_key"].as_str().unwrap();
+        let bundles = v["bundles"].as_array().unwrap();
+        assert!(bundles.len() >= 10);
         for c in bundles {
             let name = c["name"].as_str().unwrap();
             let bytes = serde_json::to_vec(&c["bundle"]).unwrap();

@@ -210,6 +210,11 @@ impl RuleReplay {
                         q_rid = crate::codec::quoted(rid)
                     ));
                 }
+                if r.kind == Kind::Rejection
+                    && let Some(v) = self.gov.reason_code(r, &req.gov, rid)
+                {
+                    return Some(v);
+                }
                 if r.kind == Kind::Decision {
                     if let Some(v) = self.gov.decision(r, &req.gov, rid) {
                         return Some(v);
@@ -286,29 +291,35 @@ impl RuleReplay {
                 self.close(rkey, Closed::TimedOut, false);
                 None
             }
-            Kind::Revocation => match (req.closed, req.revoked) {
-                (None, _) if ts >= req.deadline => Some(format!(
-                    "rule 5a: a revocation of the overdue request {q_rid}",
-                    q_rid = crate::codec::quoted(rid)
-                )),
-                (None, _) => {
-                    self.close(rkey, Closed::RevokedOpen, true);
-                    None
+            Kind::Revocation => {
+                // Rule 5 first; an allowed revocation is then judged by rule 13.
+                let closed = match (req.closed, req.revoked) {
+                    (None, _) if ts >= req.deadline => {
+                        return Some(format!(
+                            "rule 5a: a revocation of the overdue request {q_rid}",
+                            q_rid = crate::codec::quoted(rid)
+                        ));
+                    }
+                    (None, _) => Closed::RevokedOpen,
+                    (Some(Closed::Approved), false) => Closed::Approved,
+                    (Some(c), revoked) => {
+                        return Some(format!(
+                            "rule 5c: a revocation of request {q_rid}, which is {}",
+                            if revoked {
+                                "already revoked"
+                            } else {
+                                closed_name(c)
+                            },
+                            q_rid = crate::codec::quoted(rid)
+                        ));
+                    }
+                };
+                if let Some(v) = self.gov.reason_code(r, &req.gov, rid) {
+                    return Some(v);
                 }
-                (Some(Closed::Approved), false) => {
-                    self.close(rkey, Closed::Approved, true);
-                    None
-                }
-                (Some(c), revoked) => Some(format!(
-                    "rule 5c: a revocation of request {q_rid}, which is {}",
-                    if revoked {
-                        "already revoked"
-                    } else {
-                        closed_name(c)
-                    },
-                    q_rid = crate::codec::quoted(rid)
-                )),
-            },
+                self.close(rkey, closed, true);
+                None
+            }
             Kind::Authorization => self.grant(r, rid, rkey, ts),
             Kind::FollowUp => {
                 let follows = r.body_str("follows").and_then(parse_hex_hash);

@@ -841,3 +841,73 @@ def test_governance_vector_forms_are_the_forms_the_binary_writes(gov_world):
         rec = form["record"]
         shape = _shape(rec)
         assert shape in shapes, (form["form"], shape, sorted(x for x in shapes if x[0] == rec["kind"]))
+
+
+# ---------------------------------------------------------------------------
+# Structured reasons (issue 21): rejections and revocations with and without a reason_code,
+# written by the real gate through the HTTP API under a policy with lists of its own, then a
+# policy change; an unknown code is refused and writes nothing. Both verifiers agree on the
+# bundle, and each record form of tests/vectors/reasons.json has the shape of one of these.
+
+REASONS_POLICY = {
+    "default": {"reason_codes": ["fraud", "other"]},
+    "tools": {"refund": {"reason_codes": ["wrong_amount", "customer_withdrew"]}},
+}
+
+
+@pytest.fixture(scope="module")
+def reasons_world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reasons")
+    led = Ledger(base, "r", GOV_ORIGIN)
+    pf = led.work / "policy.json"
+    pf.write_text(json.dumps(REASONS_POLICY), "utf-8")
+    run("policy", "set", str(pf), data=led.dir)
+    s = Server(led)
+    try:
+        decide = "/v1/requests/%s/decision"
+        intr = lambda rid, action: s.ok("agent", "POST", "/v1/interrupts", {  # noqa: E731
+            "request_id": rid, "thread_id": "why", "interrupt_id": "i-" + rid, "action": action})
+        for rid in ("w1", "w2", "w3", "w4", "w5"):
+            intr(rid, refund(100))
+        before = s.export("why")
+        s.refused("alice", "POST", decide % "w1", {"decision": "reject", "rationale": "no", "reason_code": "fraud"},
+                  400, "unknown_reason_code")
+        s.refused("agent", "POST", "/v1/requests/w1/revoke", {"reason": "stop", "reason_code": "Bad"},
+                  400, "unknown_reason_code")
+        assert s.export("why") == before, "an unknown code writes nothing"
+        r = s.ok("alice", "POST", decide % "w1",
+                 {"decision": "reject", "rationale": "the amount is wrong", "reason_code": "wrong_amount"})
+        assert r["record"]["body"]["reason_code"] == "wrong_amount", r
+        s.ok("alice", "POST", decide % "w2", {"decision": "reject", "rationale": "no"})
+        s.ok("agent", "POST", "/v1/requests/w3/revoke", {"reason": "withdrawn", "reason_code": "customer_withdrew"})
+        s.ok("bob", "POST", decide % "w4", {"decision": "approve"})
+        s.ok("agent", "POST", "/v1/requests/w4/revoke", {"reason": "withdrawn"})
+        changed = copy.deepcopy(REASONS_POLICY)
+        changed["tools"]["refund"]["reason_codes"] = ["duplicate"]
+        s.ok("admin", "PUT", "/v1/policy", changed)
+        s.refused("alice", "POST", decide % "w5",
+                  {"decision": "reject", "rationale": "no", "reason_code": "wrong_amount"}, 400, "unknown_reason_code")
+        s.ok("alice", "POST", decide % "w5", {"decision": "reject", "rationale": "twice", "reason_code": "duplicate"})
+        out = {"bundle": s.export("why"), "led": led}
+    finally:
+        s.stop()
+    return out
+
+
+def test_reasons_bundle_agrees_and_verifies(reasons_world, tmp):
+    led = reasons_world["led"]
+    expect(reasons_world["bundle"], led.key, tmp, "reasons", 0, None)
+    recs = _records(load(reasons_world["bundle"]))
+    codes = [(x["kind"], x["body"].get("reason_code")) for x in recs if x["kind"] in ("rejection", "revocation")]
+    assert codes == [("rejection", "wrong_amount"), ("rejection", None), ("revocation", "customer_withdrew"),
+                     ("revocation", None), ("rejection", "duplicate")], codes
+    p = run("verify", "--format", "json", data=led.dir, check=False)
+    assert p.returncode == 0, p.stdout
+
+
+def test_reasons_vector_forms_are_the_forms_the_binary_writes(reasons_world):
+    vectors = json.loads((HERE.parents[1] / "tests" / "vectors" / "reasons.json").read_text("utf-8"))
+    shapes = {_shape(r) for r in _records(load(reasons_world["bundle"]))}
+    for form in vectors["records"]:
+        shape = _shape(form["record"])
+        assert shape in shapes, (form["form"], shape, sorted(x for x in shapes if x[0] == form["record"]["kind"]))

@@ -629,6 +629,10 @@ OPTIONAL_BODY_FIELDS = {
         "approvals": _count, "approvals_required": _count, "approved_as": _str,
         "break_glass": lambda v: v is True, "reason": _non_empty,
     },
+    # A rejection's or revocation's reason code: a string here; whether the policy in force
+    # lists it is the replay's rule 13.
+    "rejection": {"reason_code": _str},
+    "revocation": {"reason_code": _str},
 }
 
 
@@ -683,6 +687,8 @@ def check_body(kind: str, body: dict) -> str | None:
 #       a decision by that role without the mark), or where the policy does not allow it
 #   12a-12d  a review: of a request without a break-glass use, by its user, a second one,
 #       naming another record
+#   13  a rejection (after 3a and 3b) or an allowed revocation (after rule 5) whose
+#       `reason_code` is not among its tool's `reason_codes` in the policy in force
 #
 # The policy in force at a record is the document of the last valid policy record before it;
 # before the first one it is the empty document {} (no tool paused, no approvers, one
@@ -737,6 +743,26 @@ POLICY_DEFAULTS = {
 }
 
 
+# `reason_codes` (section 12) resolves apart from the fields above: a tool's list replaces the
+# default's, and where neither names one the default list is in force.
+DEFAULT_REASON_CODES = ["wrong_amount", "wrong_payee", "not_authorized", "duplicate", "policy_violation", "other"]
+_REASON_CODE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def is_reason_code(v: object) -> bool:
+    """A reason code: `[a-z][a-z0-9_]{0,63}`."""
+    return isinstance(v, str) and _REASON_CODE_RE.fullmatch(v) is not None
+
+
+def reason_codes(document: dict, tool: object) -> list:
+    """The reason codes of `tool` under the valid `document`: its entry's list, else the
+    default's, else DEFAULT_REASON_CODES."""
+    entry = document.get("tools", {}).get(tool) if isinstance(tool, str) else None
+    if entry is not None and "reason_codes" in entry:
+        return entry["reason_codes"]
+    return document.get("default", {}).get("reason_codes", DEFAULT_REASON_CODES)
+
+
 def _positive_int(v: object) -> bool:
     return _is_int(v) and v >= 1
 
@@ -760,7 +786,7 @@ def _check_policy_entry(where: str, entry: object) -> str | None:
     if not isinstance(entry, dict):
         return "%s is not an object" % where
     for k in sorted(entry):
-        if k not in POLICY_DEFAULTS:
+        if k not in POLICY_DEFAULTS and k != "reason_codes":
             return "%s has the unknown field %s" % (where, ascii(k))
     for k in ("review_window_seconds", "approval_ttl_seconds", "approvals_required"):
         if k in entry and not _positive_int(entry[k]):
@@ -781,6 +807,14 @@ def _check_policy_entry(where: str, entry: object) -> str | None:
             return "%s.approvers names an entry twice" % where
     if "break_glass" in entry and not isinstance(entry["break_glass"], bool):
         return "%s.break_glass is not a boolean" % where
+    if "reason_codes" in entry:
+        c = entry["reason_codes"]
+        if not isinstance(c, list) or not c:
+            return "%s.reason_codes is not a non-empty list" % where
+        if not all(is_reason_code(x) for x in c):
+            return "%s.reason_codes holds an entry that is not a reason code" % where
+        if len(set(c)) != len(c):
+            return "%s.reason_codes names a code twice" % where
     return None
 
 
@@ -887,6 +921,16 @@ class RuleReplay:
         """The resolved policy of `tool` under the policy in force."""
         return resolve_tool(self.policy[1] if self.policy else {}, tool)
 
+    def _reason_code(self, rid: str, req: _RequestState, rec: dict) -> str | None:
+        """Rule 13: a recorded `reason_code` is one of the tool's `reason_codes` in force."""
+        body = rec["body"]
+        if "reason_code" not in body:
+            return None
+        if body["reason_code"] in reason_codes(self.policy[1] if self.policy else {}, req.tool):
+            return None
+        return "rule 13: a %s whose reason_code is not among its tool's reason_codes (%s, code %s)" % (
+            rec["kind"], ascii(rid), ascii(body["reason_code"]))
+
     def _check(self, rec: dict, lh_hex: str) -> str | None:
         kind = rec["kind"]
         body = rec["body"]
@@ -906,7 +950,7 @@ class RuleReplay:
         if kind == "timeout":
             return self._timeout(rid, req, body, ts)
         if kind == "revocation":
-            return self._revocation(rid, req, ts)
+            return self._revocation(rid, req, rec, ts)
         if kind == "authorization":
             return self._authorization(rid, req, body, ts)
         if kind == "follow_up":
@@ -951,6 +995,10 @@ class RuleReplay:
             return "rule 3a: " + self._closed(rid, req)
         if not _before(ts, req.deadline):
             return "rule 3b: a closing record at or after the review deadline of request %s" % ascii(rid)
+        if kind == "rejection":
+            msg = self._reason_code(rid, req, rec)
+            if msg is not None:
+                return msg
         if kind == "decision":
             msg = self._governed_decision(rid, req, rec)
             if msg is not None:
@@ -1029,14 +1077,20 @@ class RuleReplay:
         req.state = "timed_out"
         return None
 
-    def _revocation(self, rid: str, req: _RequestState, ts: int | None) -> str | None:
+    def _revocation(self, rid: str, req: _RequestState, rec: dict, ts: int | None) -> str | None:
         if req.state == "open":
             if not _before(ts, req.deadline):
                 return "rule 5a: a revocation of an overdue request (%s)" % ascii(rid)
+            msg = self._reason_code(rid, req, rec)
+            if msg is not None:
+                return msg
             req.state = "revoked"
             req.revoked = True
             return None
         if req.state == "approved" and not req.revoked:
+            msg = self._reason_code(rid, req, rec)
+            if msg is not None:
+                return msg
             req.revoked = True
             return None
         state = "already revoked" if req.revoked else _STATE_WORDS.get(req.state, req.state)

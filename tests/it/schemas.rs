@@ -636,6 +636,28 @@ fn every_route_the_router_knows_is_in_openapi() {
     }
     // The governed 400s and 409s (protocol section 11.3).
     let resp = |p: &str, m: &str, st: &str| error_codes(doc, &paths[p][m]["responses"][st]);
+    // unknown_reason_code: the rejection's and the revocation's routes only (section 7.2).
+    for p in [
+        "/v1/requests/{request_id}/decision",
+        "/v1/requests/{request_id}/revoke",
+    ] {
+        assert!(
+            resp(p, "post", "400").contains("unknown_reason_code"),
+            "{p}"
+        );
+    }
+    for p in [
+        "/v1/interrupts",
+        "/v1/requests/{request_id}/authorize",
+        "/v1/requests/{request_id}/follow-ups",
+        "/v1/requests/{request_id}/break-glass",
+        "/v1/requests/{request_id}/review",
+    ] {
+        assert!(
+            !resp(p, "post", "400").contains("unknown_reason_code"),
+            "{p}: unknown_reason_code is the decision's and revoke's"
+        );
+    }
     assert!(resp("/v1/policy", "put", "400").contains("invalid_policy"));
     for p in [
         "/v1/interrupts",
@@ -803,7 +825,30 @@ fn check_response_refuses_what_the_document_does_not_allow() {
         err("forbidden").as_bytes()
     ));
     // The governance routes: each documents its own codes, and only those.
-    let cases: [(&str, &str, u16, &str, bool); 16] = [
+    let cases: [(&str, &str, u16, &str, bool); 20] = [
+        // Structured reasons: the decision and revoke routes answer unknown_reason_code.
+        (
+            "POST",
+            "/v1/requests/x/decision",
+            400,
+            "unknown_reason_code",
+            true,
+        ),
+        (
+            "POST",
+            "/v1/requests/x/revoke",
+            400,
+            "unknown_reason_code",
+            true,
+        ),
+        (
+            "POST",
+            "/v1/requests/x/follow-ups",
+            400,
+            "unknown_reason_code",
+            false,
+        ),
+        ("POST", "/v1/interrupts", 400, "unknown_reason_code", false),
         ("PUT", "/v1/policy", 403, "forbidden", true),
         ("PUT", "/v1/policy", 403, "approver_not_allowed", false),
         ("PUT", "/v1/policy", 400, "invalid_policy", true),
@@ -1150,6 +1195,13 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         json!({"ticket_id": ticket(&rejected), "action": refund(1)}),
     );
     assert_eq!(code(&denied), (false, Some("approval_rejected".into())));
+    // Rejected with a reason code (protocol section 7.2).
+    run.interrupt(json!({"request_id": "r-rej-code", "thread_id": "t1", "interrupt_id": "i-2c", "action": refund(1)}));
+    let coded = run.decide(
+        "r-rej-code",
+        json!({"decision": "reject", "rationale": "wrong amount", "reason_code": "wrong_amount"}),
+    );
+    assert_eq!(coded.record.body["reason_code"], "wrong_amount");
 
     // Edited: the edit decision, the new interrupt and its approval; the edit's ticket is
     // superseded, the new one grants.
@@ -1188,7 +1240,10 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     );
     assert_eq!(code(&pending), (false, Some("approval_pending".into())));
     validate("answer-pending.json", &f.l().pending_json().unwrap());
-    run.revoke("r-open", json!({"reason": "no longer needed"}));
+    run.revoke(
+        "r-open",
+        json!({"reason": "no longer needed", "reason_code": "duplicate"}),
+    );
 
     // Observe mode (send_email in the default policy): a would-be denial is a grant.
     let mail = json!({"tool": "send_email", "args": {"to": "a@example.com"}});
@@ -2086,6 +2141,60 @@ fn the_schemas_refuse_what_the_contract_refuses() {
     bad("request-decision.json", json!({"decision": "edit"}));
     bad("request-authorize.json", json!({"action": refund(1)}));
     bad("request-revoke.json", json!({"reason": "  "}));
+    // Reason codes: only a rejection's, of the form of a code; lists in the policy.
+    validate(
+        "request-decision.json",
+        &json!({"decision": "reject", "rationale": "no", "reason_code": "other"}),
+    );
+    validate(
+        "request-decision.json",
+        &json!({"decision": "approve", "reason_code": null}),
+    );
+    validate(
+        "request-revoke.json",
+        &json!({"reason": "stop", "reason_code": "duplicate"}),
+    );
+    bad(
+        "request-decision.json",
+        json!({"decision": "approve", "reason_code": "other"}),
+    );
+    bad(
+        "request-decision.json",
+        json!({"decision": "reject", "rationale": "no", "reason_code": "Other"}),
+    );
+    bad(
+        "request-revoke.json",
+        json!({"reason": "stop", "reason_code": ""}),
+    );
+    bad(
+        "request-revoke.json",
+        json!({"reason": "stop", "reason_code": 3}),
+    );
+    bad(
+        "body-rejection.json",
+        json!({"rationale": "no", "ticket_id": UNKNOWN_TICKET, "reason_code": "a-b"}),
+    );
+    bad(
+        "body-revocation.json",
+        json!({"reason": "stop", "reason_code": null}),
+    );
+    validate(
+        "body-revocation.json",
+        &json!({"reason": "stop", "reason_code": "other"}),
+    );
+    validate(
+        "policy.json",
+        &json!({"default": {"reason_codes": ["fraud"]}, "tools": {"t": {"reason_codes": ["other", "x_1"]}}}),
+    );
+    bad("policy.json", json!({"default": {"reason_codes": []}}));
+    bad(
+        "policy.json",
+        json!({"tools": {"t": {"reason_codes": ["a", "a"]}}}),
+    );
+    bad(
+        "policy.json",
+        json!({"tools": {"t": {"reason_codes": ["1a"]}}}),
+    );
     bad(
         "answer-error.json",
         json!({"error": "nope", "message": "m"}),
@@ -2104,6 +2213,7 @@ fn the_schemas_refuse_what_the_contract_refuses() {
         "reviewer_is_break_glass_user",
         "break_glass_action_mismatch",
         "no_break_glass",
+        "unknown_reason_code",
     ] {
         validate("answer-error.json", &json!({"error": code, "message": "m"}));
     }
@@ -2291,6 +2401,38 @@ fn every_documented_answer_over_http() {
         (409, Some("idempotency_conflict".into()))
     );
     let rev = json!({"reason": "stop"});
+    // A reason code the tool's list does not hold (or malformed): 400, nothing written
+    // (protocol 7.2).
+    ok(
+        &post(
+            a,
+            "/v1/interrupts",
+            &ag,
+            &json!({"request_id": "h-rc", "thread_id": "ht", "interrupt_id": "i-rc", "action": act}),
+        ),
+        201,
+    );
+    let size = s.size();
+    for (route, tok, body) in [
+        (
+            "decision",
+            &rv,
+            json!({"decision": "reject", "rationale": "no", "reason_code": "not_listed"}),
+        ),
+        (
+            "revoke",
+            &ag,
+            json!({"reason": "stop", "reason_code": "Bad"}),
+        ),
+    ] {
+        let p = format!("/v1/requests/h-rc/{route}");
+        assert_eq!(
+            st(&post(a, &p, tok, &body)),
+            (400, Some("unknown_reason_code".into())),
+            "{p}"
+        );
+    }
+    assert_eq!(s.size(), size);
     ok(&post(a, "/v1/requests/h1/revoke", &ag, &rev), 201);
     ok(&post(a, "/v1/requests/h1/revoke", &ag, &rev), 200);
     assert_eq!(

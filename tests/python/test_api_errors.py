@@ -80,6 +80,12 @@ def test_400_codes(ledger):
            lambda: a.follow_up(rid, follow_up_id="f", follows="00" * 32, outcome="done"))
     # None of these wrote anything for the request.
     assert ledger.reviewer.get_request(rid).kinds() == ["interrupt"]
+    coded = open_request(ledger)
+    expect(errors.UnknownReasonCode, "unknown_reason_code",
+           lambda: r.reject(coded, "no", reason_code="not_in_the_list"))
+    expect(errors.UnknownReasonCode, "unknown_reason_code",
+           lambda: a.revoke(coded, "stop", reason_code="Not-A-Code"))
+    assert ledger.reviewer.get_request(coded).kinds() == ["interrupt"]
 
 
 def test_the_client_refuses_what_the_ledger_would_before_sending(ledger):

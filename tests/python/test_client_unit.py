@@ -26,6 +26,8 @@ CODES = {
     "approver_not_allowed": 403, "break_glass_not_allowed": 403,
     "reviewer_is_break_glass_user": 403, "break_glass_action_mismatch": 409,
     "no_break_glass": 409,
+    # Structured reasons (spec section 12, reason_codes).
+    "unknown_reason_code": 400,
     "body_too_large": 413, "record_too_large": 413, "unsupported_media_type": 415,
     "overloaded": 503, "unwritable": 503, "storage_error": 500, "internal_error": 500,
 }
@@ -176,6 +178,27 @@ def test_idempotent_append_is_retried_with_the_same_body(fake):
     assert res.duplicate and len(fake.requests) == 2
     assert fake.requests[0][1] == "/v1/requests/r%2F1/revoke"
     assert fake.requests[0][2] == fake.requests[1][2] == b'{"reason":"stop"}'
+
+
+def test_reject_and_revoke_send_reason_code_only_when_given(fake):
+    rejection = {"record": {"kind": "rejection", "body": {}}, "leaf_hash": "00" * 32, "seq": 1,
+                 "duplicate": False, "ticket_id": "t", "expires_at": None}
+    revocation = {"record": {"kind": "revocation"}, "leaf_hash": "00" * 32, "seq": 2,
+                  "duplicate": False}
+    fake.answers += [(201, rejection, {}), (201, rejection, {}), (201, revocation, {}),
+                     (201, revocation, {})]
+    c = client(fake.url)
+    c.reject("r", "no", reason_code="wrong_amount")
+    c.reject("r", "no")
+    c.revoke("r", "stop", reason_code="duplicate")
+    c.revoke("r", "stop")
+    bodies = [r[2] for r in fake.requests]
+    assert bodies == [
+        b'{"decision":"reject","rationale":"no","reason_code":"wrong_amount"}',
+        b'{"decision":"reject","rationale":"no"}',
+        b'{"reason":"stop","reason_code":"duplicate"}',
+        b'{"reason":"stop"}',
+    ]
 
 
 def test_client_errors_are_not_retried(fake):

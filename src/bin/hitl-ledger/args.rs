@@ -116,6 +116,9 @@ pub enum Command {
         /// The edited call as JSON {"tool", "args"} (for edit).
         #[arg(long)]
         edited_action: Option<String>,
+        /// A reject's reason code: one of the tool's `reason_codes` in the policy in force.
+        #[arg(long)]
+        reason_code: Option<String>,
     },
     /// The gate: exits 0 on a grant and 3 on a denial.
     Authorize {
@@ -144,6 +147,9 @@ pub enum Command {
         /// Why.
         #[arg(long)]
         reason: String,
+        /// The reason code: one of the tool's `reason_codes` in the policy in force.
+        #[arg(long)]
+        reason_code: Option<String>,
     },
     /// Record the timeouts that are due.
     Sweep,

@@ -66,7 +66,14 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             decision,
             rationale,
             edited_action,
-        } => decide(&dir, f, request_id, decision, rationale, edited_action),
+            reason_code,
+        } => decide(
+            &dir,
+            f,
+            request_id,
+            decision,
+            [rationale, edited_action, reason_code],
+        ),
         Command::Authorize {
             request_id,
             ticket,
@@ -82,7 +89,11 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             &action,
             [attempt_id, run_id, checkpoint_id],
         ),
-        Command::Revoke { request_id, reason } => revoke(&dir, f, request_id, reason),
+        Command::Revoke {
+            request_id,
+            reason,
+            reason_code,
+        } => revoke(&dir, f, request_id, reason, reason_code),
         Command::Sweep => sweep(&dir, f),
         Command::Pending => pending(&dir, f),
         Command::History {
@@ -248,13 +259,15 @@ fn decide(
     f: Format,
     request_id: String,
     decision: String,
-    rationale: Option<String>,
-    edited_action: Option<String>,
+    [rationale, edited_action, reason_code]: [Option<String>; 3],
 ) -> Result<Outcome> {
     let mut body = Map::new();
     body.insert("decision".into(), json!(decision));
     if let Some(r) = rationale {
         body.insert("rationale".into(), json!(r));
+    }
+    if let Some(c) = reason_code {
+        body.insert("reason_code".into(), json!(c));
     }
     if let Some(a) = edited_action {
         body.insert(
@@ -302,9 +315,18 @@ fn authorize(
     }
 }
 
-fn revoke(dir: &Path, f: Format, request_id: String, reason: String) -> Result<Outcome> {
+fn revoke(
+    dir: &Path,
+    f: Format,
+    request_id: String,
+    reason: String,
+    reason_code: Option<String>,
+) -> Result<Outcome> {
     let mut body = Map::new();
     body.insert("reason".into(), json!(reason));
+    if let Some(c) = reason_code {
+        body.insert("reason_code".into(), json!(c));
+    }
     let op = Op::from_body("revoke", Some(request_id), body)?;
     let ledger = Ledger::open(dir)?;
     let a = single(ledger.execute_one(op, &local_admin())?)?;

@@ -471,15 +471,24 @@ class LedgerClient:
         *,
         rationale: str | None = None,
         edited_action: dict[str, Any] | None = None,
+        reason_code: str | None = None,
     ) -> DecisionResult:
         """``POST /v1/requests/{id}/decision`` (reviewer): ``approve``, ``edit`` or ``reject``.
 
-        The reviewer is the token's principal; nothing in the body can claim another.
+        The reviewer is the token's principal; nothing in the body can claim another. A
+        rejection may carry ``reason_code``, one of the tool's ``reason_codes`` in the policy
+        in force (spec section 12); another raises
+        :class:`~hitl_ledger.errors.UnknownReasonCode` and nothing is written.
         """
         if edited_action is not None:
             validate_action(edited_action)
         body = _drop_none(
-            {"decision": decision, "rationale": rationale, "edited_action": edited_action}
+            {
+                "decision": decision,
+                "rationale": rationale,
+                "edited_action": edited_action,
+                "reason_code": reason_code,
+            }
         )
         status, answer = self.request(
             "POST", f"/v1/requests/{_seg(request_id)}/decision", body, idempotent=True
@@ -494,8 +503,13 @@ class LedgerClient:
         :class:`~hitl_ledger.errors.ApproverNotAllowed` (403, recorded as refusals)."""
         return self.decide(request_id, "approve", rationale=rationale)
 
-    def reject(self, request_id: str, rationale: str) -> DecisionResult:
-        return self.decide(request_id, "reject", rationale=rationale)
+    def reject(
+        self, request_id: str, rationale: str, *, reason_code: str | None = None
+    ) -> DecisionResult:
+        """A rejection, with an optional ``reason_code`` from the tool's ``reason_codes``
+        (spec section 12; by default ``wrong_amount``, ``wrong_payee``, ``not_authorized``,
+        ``duplicate``, ``policy_violation``, ``other``)."""
+        return self.decide(request_id, "reject", rationale=rationale, reason_code=reason_code)
 
     def edit(
         self, request_id: str, edited_action: dict[str, Any], rationale: str | None = None
@@ -557,10 +571,15 @@ class LedgerClient:
             route=answer.get("route"),
         )
 
-    def revoke(self, request_id: str, reason: str) -> WriteResult:
-        """``POST /v1/requests/{id}/revoke`` (agent)."""
+    def revoke(
+        self, request_id: str, reason: str, *, reason_code: str | None = None
+    ) -> WriteResult:
+        """``POST /v1/requests/{id}/revoke`` (agent), with an optional ``reason_code`` from the
+        tool's ``reason_codes`` (spec section 12); another raises
+        :class:`~hitl_ledger.errors.UnknownReasonCode` and nothing is written."""
+        body = _drop_none({"reason": reason, "reason_code": reason_code})
         status, answer = self.request(
-            "POST", f"/v1/requests/{_seg(request_id)}/revoke", {"reason": reason}, idempotent=True
+            "POST", f"/v1/requests/{_seg(request_id)}/revoke", body, idempotent=True
         )
         return _write_result(status, answer)
 

@@ -140,6 +140,13 @@ class UnknownFollows(BadRequest):
     code = "unknown_follows"
 
 
+class UnknownReasonCode(BadRequest):
+    """A rejection's or revocation's ``reason_code`` is malformed or not among the tool's
+    ``reason_codes`` in the policy in force (spec section 12); nothing was written."""
+
+    code = "unknown_reason_code"
+
+
 class InvalidPolicy(BadRequest):
     """A policy document that fails the contract's validation (spec section 12): an unknown
     field, a zero duration or ``approvals_required``, an unknown mode, an ``approvals_required``
@@ -336,6 +343,7 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
         ReviewTtlTooLong,
         InvalidTicketId,
         UnknownFollows,
+        UnknownReasonCode,
         InvalidPolicy,
         Unauthenticated,
         Forbidden,
