@@ -155,6 +155,35 @@ pub fn seq_at<L: Lookup + ?Sized>(view: &L, cf: Cf, key: &[u8]) -> Result<Option
     }
 }
 
+/// The number of open requests (the entries of the `pending` keyspace), kept by [`apply`].
+///
+/// # Errors
+/// A storage error or a value that is not 8 bytes.
+pub fn pending_count<L: Lookup + ?Sized>(view: &L) -> Result<u64> {
+    Ok(seq_at(view, Cf::Meta, PENDING_COUNT_KEY)?.unwrap_or(0))
+}
+
+/// Counts an `authorization`'s denial in its minute's counter: a real denial (`code`, with
+/// `granted: false`) as `enforce`, an observe-mode would-be denial (`would_deny`) as
+/// `observe`; a grant counts nothing. Only the contract's denial codes are counted.
+fn count_denial(view: &mut View, r: &Record) -> Result<()> {
+    let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
+    let counted = match (granted, r.body_str("code"), r.body_str("would_deny")) {
+        (false, Some(code), _) => Some((DenialMode::Enforce, code)),
+        (true, None, Some(code)) => Some((DenialMode::Observe, code)),
+        _ => None,
+    };
+    let Some((mode, code)) =
+        counted.filter(|(_, c)| crate::model::decide::Denial::parse(c).is_some())
+    else {
+        return Ok(());
+    };
+    let key = denial_key(minute_of(r.ts.micros()), mode, code);
+    let n = seq_at(&*view, Cf::Denials, &key)?.unwrap_or(0);
+    view.put(Cf::Denials, key, be(n + 1).to_vec());
+    Ok(())
+}
+
 fn put_request(view: &mut View, rid: &str, st: &RequestState) {
     view.put(Cf::Requests, rid.as_bytes(), encode(st));
 }
@@ -239,6 +268,8 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         }
         view.put(Cf::Idem, idem_interrupt(rid), be(seq).to_vec());
         view.put(Cf::Pending, be(seq).to_vec(), rid.as_bytes());
+        let open = pending_count(&*view)?;
+        view.put(Cf::Meta, PENDING_COUNT_KEY, be(open + 1).to_vec());
         view.put(
             Cf::Deadlines,
             deadline_key(st.review_expires_at, rid),
@@ -263,6 +294,13 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
     );
     let t = st.apply(r, seq);
     if t.closed {
+        let open = pending_count(&*view)?.checked_sub(1).ok_or_else(|| {
+            Error::corrupt_at(
+                seq,
+                format!("record {seq} closes a request while the count of open requests is 0"),
+            )
+        })?;
+        view.put(Cf::Meta, PENDING_COUNT_KEY, be(open).to_vec());
         view.delete(Cf::Pending, be(st.interrupt_seq).to_vec());
         view.delete(Cf::Deadlines, deadline_key(st.review_expires_at, rid));
     }
@@ -294,6 +332,7 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             be(seq).to_vec(),
         ),
         Kind::Authorization => {
+            count_denial(view, r)?;
             let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
             if granted && let Some(attempt) = r.body_str("attempt_id") {
                 let key = grant_key(

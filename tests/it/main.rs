@@ -14,6 +14,7 @@ mod events;
 mod faults;
 mod fuzz;
 mod gate;
+mod gauges;
 mod golden;
 mod governance;
 mod hardening;
