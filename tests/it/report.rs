@@ -13,6 +13,7 @@ use hitl_ledger::model::request::{DecisionRequest, RevokeRequest};
 use hitl_ledger::oversight::{Query, RawQuery, Scope};
 use serde_json::{Value, json};
 
+use crate::http::*;
 use crate::util::*;
 
 const HOUR: i64 = 3_600;
@@ -876,6 +877,103 @@ fn bad_queries_are_refused_with_stable_codes() {
     let e = f.l().report(&q, &Scope::default()).unwrap_err();
     assert_eq!(e.code(), ErrorCode::TooManyWindows);
     assert_eq!(f.size(), size, "a report writes nothing");
+}
+
+/// `init` and the tokens of the route's test: an agent of each tenant, an auditor scoped to
+/// tenant acme, and one token per role.
+fn served() -> (
+    tempfile::TempDir,
+    std::process::Child,
+    std::net::SocketAddr,
+    std::collections::HashMap<String, String>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = init_with_tokens(dir.path());
+    for (name, role, tenant) in [
+        ("bot-a", "agent", "acme"),
+        ("bot-b", "agent", "beta"),
+        ("aud-a", "auditor", "acme"),
+    ] {
+        let (code, out, err) = run(
+            dir.path(),
+            &[
+                "token",
+                "add",
+                "--principal",
+                name,
+                "--role",
+                role,
+                "--tenant",
+                tenant,
+                "--format",
+                "json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        tokens.insert(name.to_string(), v["token"].as_str().unwrap().to_string());
+    }
+    let (child, addr) = serve_binary(dir.path(), &[], std::process::Stdio::null());
+    (dir, child, addr, tokens)
+}
+
+#[test]
+fn the_route_answers_auditors_and_admins_scoped_to_their_tenants() {
+    let (_dir, mut child, addr, tokens) = served();
+    for (bot, rid) in [("bot-a", "ra"), ("bot-b", "rb")] {
+        let body = json!({"request_id": rid, "thread_id": format!("t-{rid}"),
+                          "interrupt_id": "i", "action": pay("refund", 1)});
+        assert_eq!(
+            post(addr, "/v1/interrupts", &tokens[bot], &body).status,
+            201
+        );
+    }
+    let opened = |token: &str| -> u64 {
+        let r = get(addr, "/v1/report?by=agent&window=1h", token);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["totals"]["opened"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(opened(&tokens["auditor"]), 2);
+    assert_eq!(opened(&tokens["admin"]), 2);
+    assert_eq!(opened(&tokens["aud-a"]), 1, "only acme's request");
+    let scoped = get(addr, "/v1/report?by=agent", &tokens["aud-a"]).json();
+    assert!(!scoped.to_string().contains("bot-b"), "{scoped}");
+    for role in ["reviewer", "agent"] {
+        let r = get(addr, "/v1/report", &tokens[role]);
+        assert_eq!(r.status, 403, "{role}");
+        assert_eq!(r.code(), "forbidden");
+    }
+    for (q, code) in [
+        ("by=tenant", "invalid_report_group"),
+        (
+            "since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z",
+            "invalid_report_range",
+        ),
+        (
+            "since=2026-01-01T00:00:00Z&until=2026-01-01T01:00:00Z&window=1d",
+            "invalid_report_range",
+        ),
+        ("window=3x", "invalid_duration"),
+        ("since=yesterday", "invalid_duration"),
+        (
+            "since=2026-01-01T00:00:00Z&until=2026-03-01T00:00:00Z&window=1m",
+            "too_many_windows",
+        ),
+        ("alpha=2", "invalid_request"),
+        ("group=tool", "invalid_request"),
+        ("by=tool&by=agent", "invalid_request"),
+    ] {
+        let r = get(addr, &format!("/v1/report?{q}"), &tokens["auditor"]);
+        assert_eq!(r.status, 400, "{q}: {}", r.text());
+        assert_eq!(r.code(), code, "{q}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[test]
