@@ -127,8 +127,8 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 
 /// The format of the derived state this build writes: 2 added request tenants, the tenant
 /// record keys and thread tenants; 3 the policy in force, counted approvals, the
-/// break-glass review queue; 4 the count of open requests and the per-minute denial counters
-/// of the `/metrics` gauges. A store whose derived state has another version refuses writes
+/// break-glass review queue; 4 the oversight report's facts, the count of open requests and the
+/// per-minute denial counters of the `/metrics` gauges. A store whose derived state has another version refuses writes
 /// until `reindex` has rebuilt it from its records.
 pub const DERIVED_VERSION: u64 = 4;
 
@@ -196,4 +196,10 @@ pub fn split_denial_key(k: &[u8]) -> Option<(i64, DenialMode, String)> {
     let mode = DenialMode::parse(&rest[..at])?;
     let code = String::from_utf8(rest[at + 1..].to_vec()).ok()?;
     Some((minute, mode, code))
+}
+
+/// Key of a record's fact, in the `facts` keyspace: its seq (u64 BE), so a scan reads facts
+/// in seq order.
+pub fn fact_key(seq: u64) -> [u8; 8] {
+    be(seq)
 }

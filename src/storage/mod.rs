@@ -66,11 +66,13 @@ pub enum Keyspace {
     Deadlines,
     /// Authorization denials per minute and code (the `/metrics` gauges).
     Denials,
+    /// The oversight report's fact of each record that has one, by seq.
+    Facts,
 }
 
 impl Keyspace {
     /// Every keyspace.
-    pub const ALL: [Keyspace; 15] = [
+    pub const ALL: [Keyspace; 16] = [
         Keyspace::Records,
         Keyspace::Checkpoints,
         Keyspace::Meta,
@@ -86,10 +88,11 @@ impl Keyspace {
         Keyspace::Pending,
         Keyspace::Deadlines,
         Keyspace::Denials,
+        Keyspace::Facts,
     ];
 
     /// The keyspaces derived from the records (rebuilt by `reindex`, compared by `verify`).
-    pub const DERIVED: [Keyspace; 13] = [
+    pub const DERIVED: [Keyspace; 14] = [
         Keyspace::Meta,
         Keyspace::Nodes,
         Keyspace::ByHash,
@@ -103,6 +106,7 @@ impl Keyspace {
         Keyspace::Pending,
         Keyspace::Deadlines,
         Keyspace::Denials,
+        Keyspace::Facts,
     ];
 
     /// The keyspace's name (a RocksDB column family, a table name suffix).
@@ -123,6 +127,7 @@ impl Keyspace {
             Keyspace::Pending => "pending",
             Keyspace::Deadlines => "deadlines",
             Keyspace::Denials => "denials",
+            Keyspace::Facts => "facts",
         }
     }
 
