@@ -127,6 +127,79 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 
 /// The format of the derived state this build writes: 2 added request tenants, the tenant
 /// record keys and thread tenants; 3 the policy in force, counted approvals, the
-/// break-glass review queue. A store whose derived state has another version refuses writes
+/// break-glass review queue; 4 the oversight report's facts, the count of open requests and the
+/// per-minute denial counters of the `/metrics` gauges. A store whose derived state has another version refuses writes
 /// until `reindex` has rebuilt it from its records.
-pub const DERIVED_VERSION: u64 = 3;
+pub const DERIVED_VERSION: u64 = 4;
+
+/// Key of the number of open requests (the entries of the `pending` keyspace), in `meta`:
+/// `u64` BE, absent while no request was ever opened.
+pub const PENDING_COUNT_KEY: &[u8] = b"pending_count";
+
+/// Microseconds per minute: the width of one denial counter's bucket.
+pub const MINUTE_MICROS: i64 = 60_000_000;
+
+/// What a denial counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DenialMode {
+    /// Real denials: an `authorization` with `granted: false` and its `code`.
+    Enforce,
+    /// Observe-mode would-be denials: an `authorization` granted in observe mode, with its
+    /// `would_deny` code.
+    Observe,
+}
+
+impl DenialMode {
+    /// The mode's name in keys (and the record's `mode`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenialMode::Enforce => "enforce",
+            DenialMode::Observe => "observe",
+        }
+    }
+
+    fn parse(b: &[u8]) -> Option<DenialMode> {
+        match b {
+            b"enforce" => Some(DenialMode::Enforce),
+            b"observe" => Some(DenialMode::Observe),
+            _ => None,
+        }
+    }
+}
+
+/// The minute a timestamp (µs since the epoch) falls in: `floor(µs / 60,000,000)`, so a minute
+/// `m` covers `[m·60 s, (m+1)·60 s)` (negative instants included).
+pub fn minute_of(micros: i64) -> i64 {
+    micros.div_euclid(MINUTE_MICROS)
+}
+
+/// The first 8 bytes of every denial counter key of minute `minute` (and of no earlier one):
+/// the minute with its sign bit flipped, big-endian, so minutes sort in time order.
+pub fn denial_minute_prefix(minute: i64) -> [u8; 8] {
+    ((minute as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// Key of a per-minute denial counter, in the `denials` keyspace: the minute (as
+/// [`denial_minute_prefix`]) ‖ mode (`enforce` or `observe`) ‖ 0x00 ‖ code. Its value is the
+/// count, `u64` BE.
+pub fn denial_key(minute: i64, mode: DenialMode, code: &str) -> Vec<u8> {
+    let mut k = denial_minute_prefix(minute).to_vec();
+    k.extend_from_slice(&join(mode.as_str().as_bytes(), code.as_bytes()));
+    k
+}
+
+/// Splits a denial counter key into (minute, mode, code).
+pub fn split_denial_key(k: &[u8]) -> Option<(i64, DenialMode, String)> {
+    let minute = (read_be(k)? ^ (1 << 63)) as i64;
+    let rest = k.get(8..)?;
+    let at = rest.iter().position(|b| *b == 0)?;
+    let mode = DenialMode::parse(&rest[..at])?;
+    let code = String::from_utf8(rest[at + 1..].to_vec()).ok()?;
+    Some((minute, mode, code))
+}
+
+/// Key of a record's fact, in the `facts` keyspace: its seq (u64 BE), so a scan reads facts
+/// in seq order.
+pub fn fact_key(seq: u64) -> [u8; 8] {
+    be(seq)
+}

@@ -12,6 +12,7 @@ use crate::codec::{be, read_be};
 use crate::error::{Error, Result};
 use crate::format::merkle::{self, Hash};
 use crate::format::record::{Kind, Record};
+use crate::oversight::{Fact, RequestCtx};
 use crate::storage::{Keyspace as Cf, Read};
 
 pub use keys::*;
@@ -23,6 +24,7 @@ pub use view::{Nodes, View};
 pub fn seq_named(ks: Cf, k: &[u8], v: &[u8]) -> Option<u64> {
     match ks {
         Cf::Idem | Cf::Threads | Cf::ByHash | Cf::Grants => read_be(v),
+        Cf::Facts => read_be(k),
         Cf::RequestRecords => k.len().checked_sub(8).and_then(|i| read_be(&k[i..])),
         Cf::Nodes => {
             let level = u32::from(*k.first()?);
@@ -155,6 +157,35 @@ pub fn seq_at<L: Lookup + ?Sized>(view: &L, cf: Cf, key: &[u8]) -> Result<Option
     }
 }
 
+/// The number of open requests (the entries of the `pending` keyspace), kept by [`apply`].
+///
+/// # Errors
+/// A storage error or a value that is not 8 bytes.
+pub fn pending_count<L: Lookup + ?Sized>(view: &L) -> Result<u64> {
+    Ok(seq_at(view, Cf::Meta, PENDING_COUNT_KEY)?.unwrap_or(0))
+}
+
+/// Counts an `authorization`'s denial in its minute's counter: a real denial (`code`, with
+/// `granted: false`) as `enforce`, an observe-mode would-be denial (`would_deny`) as
+/// `observe`; a grant counts nothing. Only the contract's denial codes are counted.
+fn count_denial(view: &mut View, r: &Record) -> Result<()> {
+    let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
+    let counted = match (granted, r.body_str("code"), r.body_str("would_deny")) {
+        (false, Some(code), _) => Some((DenialMode::Enforce, code)),
+        (true, None, Some(code)) => Some((DenialMode::Observe, code)),
+        _ => None,
+    };
+    let Some((mode, code)) =
+        counted.filter(|(_, c)| crate::model::decide::Denial::parse(c).is_some())
+    else {
+        return Ok(());
+    };
+    let key = denial_key(minute_of(r.ts.micros()), mode, code);
+    let n = seq_at(&*view, Cf::Denials, &key)?.unwrap_or(0);
+    view.put(Cf::Denials, key, be(n + 1).to_vec());
+    Ok(())
+}
+
 fn put_request(view: &mut View, rid: &str, st: &RequestState) {
     view.put(Cf::Requests, rid.as_bytes(), encode(st));
 }
@@ -194,13 +225,15 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             return Ok(());
         }
         // A refusal naming no request: its thread's tenant's (none in the reserved thread).
-        if let Some(tenant) = thread_tenant(view, &r.thread_id)? {
+        let tenant = thread_tenant(view, &r.thread_id)?;
+        if let Some(tenant) = &tenant {
             view.put(
                 Cf::RequestRecords,
-                tenant_record_key(&tenant, seq),
+                tenant_record_key(tenant, seq),
                 Vec::new(),
             );
         }
+        put_fact(view, seq, r, None, false, tenant.as_deref());
         return Ok(());
     };
     view.put(Cf::RequestRecords, request_record_key(rid, seq), Vec::new());
@@ -239,11 +272,15 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         }
         view.put(Cf::Idem, idem_interrupt(rid), be(seq).to_vec());
         view.put(Cf::Pending, be(seq).to_vec(), rid.as_bytes());
+        let open = pending_count(&*view)?;
+        view.put(Cf::Meta, PENDING_COUNT_KEY, be(open + 1).to_vec());
         view.put(
             Cf::Deadlines,
             deadline_key(st.review_expires_at, rid),
             Vec::new(),
         );
+        let ctx = request_ctx(&st, r.ts.micros(), None);
+        put_fact(view, seq, r, Some(&ctx), false, None);
         put_request(view, rid, &st);
         return Ok(());
     }
@@ -263,6 +300,13 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
     );
     let t = st.apply(r, seq);
     if t.closed {
+        let open = pending_count(&*view)?.checked_sub(1).ok_or_else(|| {
+            Error::corrupt_at(
+                seq,
+                format!("record {seq} closes a request while the count of open requests is 0"),
+            )
+        })?;
+        view.put(Cf::Meta, PENDING_COUNT_KEY, be(open).to_vec());
         view.delete(Cf::Pending, be(st.interrupt_seq).to_vec());
         view.delete(Cf::Deadlines, deadline_key(st.review_expires_at, rid));
     }
@@ -294,6 +338,7 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             be(seq).to_vec(),
         ),
         Kind::Authorization => {
+            count_denial(view, r)?;
             let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
             if granted && let Some(attempt) = r.body_str("attempt_id") {
                 let key = grant_key(
@@ -310,6 +355,66 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         }
         _ => {}
     }
+    let ctx = stored_ctx(view, seq, r, &st)?;
+    put_fact(view, seq, r, Some(&ctx), t.closed, None);
     put_request(view, rid, &st);
     Ok(())
+}
+
+/// The oversight context of a request in state `st`, opened at `open_ts`.
+fn request_ctx(st: &RequestState, open_ts: i64, decider: Option<String>) -> RequestCtx {
+    RequestCtx {
+        open_seq: st.interrupt_seq,
+        open_ts,
+        tool: st.tool.clone(),
+        opener: st.opened_by.clone(),
+        tenant: st.tenant.clone(),
+        decider,
+    }
+}
+
+/// The context of a later record (at `seq`) of a request, `st` its state after the record:
+/// the interrupt's `ts` from the interrupt's fact, the decider from the closing decision
+/// (this record's actor, or the earlier decision's fact).
+fn stored_ctx(view: &View, seq: u64, r: &Record, st: &RequestState) -> Result<RequestCtx> {
+    let open_ts = fact_at(view, st.interrupt_seq)?
+        .map(|f| f.ts)
+        .ok_or_else(|| {
+            Error::corrupt_at(
+                seq,
+                format!(
+                    "record {seq}'s request has no fact at its interrupt {}",
+                    st.interrupt_seq
+                ),
+            )
+        })?;
+    let decider = match &st.decision {
+        None => None,
+        Some(d) if d.seq == seq => Some(r.actor.principal.clone()),
+        Some(d) => fact_at(view, d.seq)?.map(|f| f.principal),
+    };
+    Ok(request_ctx(st, open_ts, decider))
+}
+
+fn put_fact(
+    view: &mut View,
+    seq: u64,
+    r: &Record,
+    ctx: Option<&RequestCtx>,
+    closed: bool,
+    thread_tenant: Option<&str>,
+) {
+    if let Some(f) = crate::oversight::fact(r, ctx, closed, thread_tenant) {
+        view.put(Cf::Facts, fact_key(seq).to_vec(), f.encode());
+    }
+}
+
+/// The fact of the record at `seq`, if it has one.
+///
+/// # Errors
+/// A storage error or an undecodable fact.
+pub fn fact_at<L: Lookup + ?Sized>(view: &L, seq: u64) -> Result<Option<Fact>> {
+    view.lookup(Cf::Facts, &fact_key(seq))?
+        .map(|b| Fact::decode(&b))
+        .transpose()
 }

@@ -8,9 +8,9 @@ use crate::format::record::Record;
 use crate::storage::{Keyspace, Read, scan_prefix};
 
 use super::keys::{
-    BREAK_GLASS_OPEN_PREFIX, POLICY_KEY, deadline_key, grant_key, idem_approval, idem_decision,
-    idem_follow_up, idem_interrupt, idem_review, idem_revoke, split_deadline_key,
-    tenant_record_key, tenant_record_prefix, thread_key,
+    BREAK_GLASS_OPEN_PREFIX, DenialMode, POLICY_KEY, deadline_key, denial_minute_prefix, grant_key,
+    idem_approval, idem_decision, idem_follow_up, idem_interrupt, idem_review, idem_revoke,
+    split_deadline_key, split_denial_key, tenant_record_key, tenant_record_prefix, thread_key,
 };
 use super::{Lookup, View, seq_at};
 
@@ -204,6 +204,41 @@ pub fn open_requests(r: &dyn Read) -> Result<Vec<(u64, String)>> {
     Ok(out)
 }
 
+/// The oldest open request: (interrupt seq, request id), the first entry of the pending
+/// queue, read without scanning the rest of it.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed entry.
+pub fn oldest_open(r: &dyn Read) -> Result<Option<(u64, String)>> {
+    let Some(item) = r.scan(Keyspace::Pending, &[]).next() else {
+        return Ok(None);
+    };
+    let (k, v) = item?;
+    let seq = read_be(&k).ok_or_else(|| Error::corrupt("a pending key is malformed"))?;
+    let rid = String::from_utf8(v).map_err(|_| Error::corrupt("a pending value is not UTF-8"))?;
+    Ok(Some((seq, rid)))
+}
+
+/// The denial counters of minute `from` and every later minute: (minute, mode, code, count),
+/// in minute order. At most one entry per minute, mode and denial code, whatever the number
+/// of denials.
+///
+/// # Errors
+/// A storage error; `corrupt_store` for a malformed entry.
+pub fn denial_counts_since(r: &dyn Read, from: i64) -> Result<Vec<(i64, DenialMode, String, u64)>> {
+    let mut out = Vec::new();
+    for item in r.scan(Keyspace::Denials, &denial_minute_prefix(from)) {
+        let (k, v) = item?;
+        let (minute, mode, code) =
+            split_denial_key(&k).ok_or_else(|| Error::corrupt("a denials key is malformed"))?;
+        let n = read_be(&v)
+            .filter(|_| v.len() == 8)
+            .ok_or_else(|| Error::corrupt("a denials value is not a count"))?;
+        out.push((minute, mode, code, n));
+    }
+    Ok(out)
+}
+
 /// The seqs of every record naming the request, ascending.
 ///
 /// # Errors
@@ -321,4 +356,13 @@ pub fn put_leaf(view: &mut View<'_>, seq: u64, leaf: Vec<u8>) {
 /// Stages the signed checkpoint of the tree of `size` records.
 pub fn put_checkpoint(view: &mut View<'_>, size: u64, note: Vec<u8>) {
     view.put(Keyspace::Checkpoints, be(size).to_vec(), note);
+}
+
+/// Every fact (the oversight report's), in seq order: (seq, fact).
+pub fn facts(r: &dyn Read) -> impl Iterator<Item = Result<(u64, crate::oversight::Fact)>> + '_ {
+    r.scan(Keyspace::Facts, &[]).map(|e| {
+        let (k, v) = e.map_err(Error::from)?;
+        let seq = read_be(&k).ok_or_else(|| Error::corrupt("a facts key is malformed"))?;
+        Ok((seq, crate::oversight::Fact::decode(&v)?))
+    })
 }

@@ -448,6 +448,7 @@ async fn dispatch(
         | Route::BreakGlass(_)
         | Route::Review(_)
         | Route::BreakGlassReviews => super::governance::dispatch(st, route, req, actor).await,
+        Route::Report => super::report::report(st, &params, &actor).await,
         Route::Metrics => {
             let mut text = st.ledger.metrics().render();
             text.push_str(&format!(
@@ -456,6 +457,16 @@ async fn dispatch(
             ));
             text.push_str(&st.render_tokens_metrics());
             text.push_str(&st.streams.render());
+            // The store's gauges count every tenant's requests and denials together: only a
+            // token that reaches every tenant reads them (protocol 11.5).
+            if matches!(actor.reach, Reach::All) {
+                match blocking(st, |l| l.store_gauges()).await? {
+                    Some(g) => text.push_str(&g.render()),
+                    None => text.push_str(
+                        "# The store's gauges are absent: the derived state is of another version; run `hitl-ledger reindex`.\n",
+                    ),
+                }
+            }
             let mut r = text_response(text);
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

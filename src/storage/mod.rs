@@ -64,11 +64,15 @@ pub enum Keyspace {
     Pending,
     /// Open requests by review deadline.
     Deadlines,
+    /// Authorization denials per minute and code (the `/metrics` gauges).
+    Denials,
+    /// The oversight report's fact of each record that has one, by seq.
+    Facts,
 }
 
 impl Keyspace {
     /// Every keyspace.
-    pub const ALL: [Keyspace; 14] = [
+    pub const ALL: [Keyspace; 16] = [
         Keyspace::Records,
         Keyspace::Checkpoints,
         Keyspace::Meta,
@@ -83,10 +87,12 @@ impl Keyspace {
         Keyspace::Grants,
         Keyspace::Pending,
         Keyspace::Deadlines,
+        Keyspace::Denials,
+        Keyspace::Facts,
     ];
 
     /// The keyspaces derived from the records (rebuilt by `reindex`, compared by `verify`).
-    pub const DERIVED: [Keyspace; 12] = [
+    pub const DERIVED: [Keyspace; 14] = [
         Keyspace::Meta,
         Keyspace::Nodes,
         Keyspace::ByHash,
@@ -99,6 +105,8 @@ impl Keyspace {
         Keyspace::Grants,
         Keyspace::Pending,
         Keyspace::Deadlines,
+        Keyspace::Denials,
+        Keyspace::Facts,
     ];
 
     /// The keyspace's name (a RocksDB column family, a table name suffix).
@@ -118,6 +126,8 @@ impl Keyspace {
             Keyspace::Grants => "grants",
             Keyspace::Pending => "pending",
             Keyspace::Deadlines => "deadlines",
+            Keyspace::Denials => "denials",
+            Keyspace::Facts => "facts",
         }
     }
 

@@ -12,6 +12,11 @@
 //! so its peak memory (`wait4`'s `ru_maxrss`, or a reset `VmHWM` for a server phase) is its
 //! own.
 //!
+//! Last come the report rows (issue 21, [`scale`]): a ledger with a mixed history built in
+//! process on a manual clock, and `hitl-ledger report` over it (the whole log, and one-day
+//! windows by tool, reviewer and agent), each in a child process; `--report-only` runs just
+//! those.
+//!
 //! Everything it writes goes under `--out` (default: a new directory in the system's temp
 //! directory): `results.md`, `results.json`, `throughput-vs-ledger-size.png`,
 //! `throughput-vs-clients.png`, and the ledgers under `work/` (removed at the end unless
@@ -26,6 +31,7 @@ mod http;
 mod limits;
 mod postgres;
 mod report;
+mod scale;
 mod sys;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +78,20 @@ struct Cli {
     /// databases this program creates and drops. Without it those rows are not run.
     #[arg(long, env = "HITL_BENCH_POSTGRES")]
     postgres: Option<String>,
+    /// Run only the report rows (issue 21): a ledger with a mixed history (interrupts,
+    /// decisions, edits, rejections, timeouts, revocations, grants and every kind of denial,
+    /// over weeks of `ts`), then `hitl-ledger report` over it, each timed in a child process.
+    /// Without it the whole run ends with those rows. Written to OUT/report-results.md and
+    /// report-results.json.
+    #[arg(long)]
+    report_only: bool,
+    /// Records of the report rows' history (default: 1,000,000; 5,000 with --quick).
+    #[arg(long)]
+    report_records: Option<u64>,
+    /// Time the reports over this (closed) ledger instead of building a history (one kept
+    /// by an earlier run with --keep-work, in OUT/work/report-ledger).
+    #[arg(long)]
+    report_ledger: Option<PathBuf>,
     /// What this program runs as a child of itself.
     #[command(subcommand)]
     internal: Option<Child>,
@@ -140,6 +160,8 @@ struct Plan {
     clients: Vec<usize>,
     warmup: Duration,
     measure: Duration,
+    /// Records of the report rows' history.
+    report_records: u64,
 }
 
 impl Plan {
@@ -156,6 +178,7 @@ impl Plan {
             clients: vec![1, 4, 16, 64],
             warmup: Duration::from_secs(1),
             measure: Duration::from_secs(5),
+            report_records: 1_000_000,
         }
     }
 
@@ -172,6 +195,7 @@ impl Plan {
             clients: vec![1, 64],
             warmup: Duration::from_millis(300),
             measure: Duration::from_secs(1),
+            report_records: 5_000,
         }
     }
 
@@ -253,6 +277,13 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         out.display(),
         ledger_bin.display()
     ));
+    if cli.report_only {
+        report_rows(cli, &plan, &ledger_bin, &out, &work, &log)?;
+        if !cli.keep_work {
+            std::fs::remove_dir_all(&work)?;
+        }
+        return Ok(());
+    }
     let date = hitl_ledger::clock::SystemClock.now().to_string();
     let machine = sys::machine(&work);
 
@@ -453,6 +484,7 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         serde_json::to_string_pretty(&results)? + "\n",
     )?;
     charts::write_all(&results, &out)?;
+    report_rows(cli, &plan, &ledger_bin, &out, &work, &log)?;
     if !cli.keep_work {
         std::fs::remove_dir_all(&work)?;
     }
@@ -462,6 +494,39 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         out.display(),
         charts::BY_SIZE,
         charts::BY_CLIENTS
+    ));
+    Ok(())
+}
+
+/// The report rows (issue 21): the mixed history and the timed reports, written to
+/// `out/report-results.md` and `.json`.
+fn report_rows(
+    cli: &Cli,
+    plan: &Plan,
+    ledger_bin: &Path,
+    out: &Path,
+    work: &Path,
+    log: &Log,
+) -> BoxResult<()> {
+    let records = cli.report_records.unwrap_or(plan.report_records);
+    let results = scale::run(
+        plan.mode,
+        ledger_bin,
+        work,
+        records,
+        cli.report_ledger.as_deref(),
+        &|m| log.say(m),
+    )?;
+    let md = scale::markdown(&results);
+    std::fs::write(out.join("report-results.md"), &md)?;
+    std::fs::write(
+        out.join("report-results.json"),
+        serde_json::to_string_pretty(&results)? + "\n",
+    )?;
+    println!("{md}");
+    log.say(&format!(
+        "wrote {}/report-results.md and report-results.json",
+        out.display()
     ));
     Ok(())
 }
