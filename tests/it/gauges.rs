@@ -144,6 +144,7 @@ fn history(f: &Fixture) {
         "r4",
         RevokeRequest {
             reason: "the customer cancelled".into(),
+            reason_code: None,
         },
         &agent(),
     )
