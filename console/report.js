@@ -179,7 +179,7 @@ function checkWindow(w, where, dated) {
   if ('oldest_pending_seconds' in w && !isNumOrNull(w.oldest_pending_seconds)) {
     throw new ReportShapeError(`${where}.oldest_pending_seconds is not a number of seconds`);
   }
-  for (const f of ['rejection_reasons', 'denials', 'observe_denials']) {
+  for (const f of ['rejection_reasons', 'revocation_reasons', 'denials', 'denial_classes', 'observe_denials']) {
     if (f in w && w[f] !== null && !isObject(w[f])) throw new ReportShapeError(`${where}.${f} is not a code → count map`);
     if (isObject(w[f]) && !Object.values(w[f]).every(isCount)) throw new ReportShapeError(`${where}.${f} holds a non-count`);
   }
@@ -369,17 +369,25 @@ function byCode(groups, field) {
   return [...m.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
 }
 
+/**
+ * Denials by the classes the design separates (`denial_classes`: expired, rejected, replayed,
+ * missing, mismatched, revoked, superseded, pending, …) when the report has them, else by code;
+ * observe-mode would-be denials apart. The table has every code.
+ */
 function denialsChart(r) {
+  const classes = r.groups.some((g) => isObject(g.totals.denial_classes));
+  const kind = classes ? 'denial_classes' : 'denials';
   const rows = [
-    ...byCode(r.groups, 'denials').map(([code, n]) => ({
-      label: plainText(code), value: n, text: String(n), cls: 'denied', attrs: { 'data-code': code, 'data-kind': 'denials', 'data-count': n },
+    ...byCode(r.groups, kind).filter(([, n]) => n > 0).map(([code, n]) => ({
+      label: plainText(code), value: n, text: String(n), cls: 'denied', attrs: { 'data-code': code, 'data-kind': kind, 'data-count': n },
     })),
     ...byCode(r.groups, 'observe_denials').map(([code, n]) => ({
       label: `${plainText(code)} (observe mode)`, value: n, text: `${n} would-be`, cls: 'observe', attrs: { 'data-code': code, 'data-kind': 'observe_denials', 'data-count': n },
     })),
   ];
   return barChart('chart-denials', 'Denials by reason',
-    'Authorizations denied, by the ledger\'s code, over every group; observe-mode would-be denials apart.', rows,
+    `Authorizations denied, by ${classes ? 'class (expired, rejected, replayed, missing, mismatched, revoked, superseded, pending, paused)' : 'the ledger\'s code'}, `
+    + 'over every group; observe-mode would-be denials apart.', rows,
     'No authorization was denied in this range');
 }
 
@@ -434,7 +442,7 @@ function codesCell(map) {
 
 function totalsTable(r, shiftKeys) {
   const head = ['Key', ...COUNTS.map(([, l]) => l), 'Approval rate', 'p50', 'p90', 'p99', 'Oldest pending',
-    'Rejection reasons', 'Denials', 'Observe-mode denials', 'Refusals'];
+    'Rejection reasons', 'Revocation reasons', 'Denials', 'Observe-mode denials', 'Refusals'];
   const table = el('table', { class: 'records report-totals', id: 'report-totals' },
     el('caption', {}, `Totals per ${r.by} over the whole range`),
     el('thead', {}, el('tr', {}, ...head.map((h) => el('th', { scope: 'col' }, h)))));
@@ -449,7 +457,7 @@ function totalsTable(r, shiftKeys) {
     for (const p of ['p50', 'p90', 'p99']) tr.append(el('td', { 'data-field': p, 'data-value': d[p] ?? '' }, fmtSeconds(d[p] ?? null)));
     tr.append(el('td', { 'data-field': 'oldest_pending_seconds', 'data-value': t.oldest_pending_seconds ?? '' },
       fmtSeconds(t.oldest_pending_seconds ?? null)));
-    for (const f of ['rejection_reasons', 'denials', 'observe_denials']) {
+    for (const f of ['rejection_reasons', 'revocation_reasons', 'denials', 'observe_denials']) {
       tr.append(el('td', { 'data-field': f, 'data-value': sum(t[f]) }, codesCell(t[f])));
     }
     const ref = t.refusals;
@@ -459,6 +467,19 @@ function totalsTable(r, shiftKeys) {
   }
   table.append(body);
   return el('div', { class: 'table-wrap' }, table);
+}
+
+/** ", z = −4.47; 10 decisions in the baseline, 10 in the window" (what the report gives). */
+function shiftDetail(sh) {
+  const parts = [];
+  if (typeof sh.statistic === 'number') parts.push(`${sh.metric === 'approval_rate' ? 'z' : sh.metric === 'rejection_reasons' ? 'chi-square' : 'statistic'} = ${Number(sh.statistic.toPrecision(3))}`);
+  if (Number.isSafeInteger(sh.baseline_count) && Number.isSafeInteger(sh.observed_count)) {
+    const what = sh.metric === 'rejection_reasons' ? 'rejections' : 'decisions';
+    parts.push(`${sh.baseline_count} ${what} in the baseline, ${sh.observed_count} in the window`);
+  }
+  const test = sh.metric === 'approval_rate' ? 'two-proportion z-test' : sh.metric === 'rejection_reasons' ? 'chi-square test of homogeneity' : null;
+  if (test) parts.unshift(test);
+  return parts.length ? ` (${parts.join('; ')})` : null;
 }
 
 function shiftList(r) {
@@ -476,7 +497,7 @@ function shiftList(r) {
       el('strong', {}, 'Shift'), ' in ', keyHtml(sh.key, r.by), ': ', el('code', {}, visHtml(sh.metric)),
       ` in the window from ${fmtTime(sh.window_start)}: baseline ${fmtFigure(sh.baseline, sh.metric)}, `
       + `observed ${fmtFigure(sh.observed, sh.metric)}, `, el('strong', { class: 'p-value' }, `p = ${fmtP(sh.p_value)}`),
-      typeof sh.test === 'string' ? ` (${plainText(sh.test)})` : null));
+      shiftDetail(sh)));
   }
   box.append(el('p', { class: 'lead' }, `The ledger flagged ${r.shifts.length} shift${r.shifts.length === 1 ? '' : 's'}: the last window against the windows before it. `
     + 'Each is marked on the approval-rate chart.'), ul);
