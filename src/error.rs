@@ -93,6 +93,14 @@ pub enum ErrorCode {
     Corrupt,
     /// A bug: an invariant the code relies on did not hold.
     Internal,
+    /// A report's `by` is not `tool`, `reviewer` or `agent` (protocol section 13).
+    InvalidReportGroup,
+    /// A report's `since`, `until` or `window` is neither an RFC 3339 instant nor a duration.
+    InvalidDuration,
+    /// A report's range is empty (`since` not before `until`) or shorter than its window.
+    InvalidReportRange,
+    /// A report's range holds more windows than one report may (10,000).
+    TooManyWindows,
 }
 
 impl ErrorCode {
@@ -141,6 +149,10 @@ impl ErrorCode {
             Storage => "storage_error",
             Corrupt => "corrupt_store",
             Internal => "internal_error",
+            InvalidReportGroup => "invalid_report_group",
+            InvalidDuration => "invalid_duration",
+            InvalidReportRange => "invalid_report_range",
+            TooManyWindows => "too_many_windows",
         }
     }
 
@@ -151,6 +163,7 @@ impl ErrorCode {
             InvalidJson | UnknownField | MissingField | InvalidRequest | InvalidIdentifier
             | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
             | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy => 400,
+            InvalidReportGroup | InvalidDuration | InvalidReportRange | TooManyWindows => 400,
             Unauthenticated => 401,
             Forbidden
             | ApproverNotAllowed

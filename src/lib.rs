@@ -10,6 +10,7 @@
 //! | 1 | [`clock`] | time |
 //! | 2 | [`format`](mod@format), [`storage`] | pure bytes; storage engines |
 //! | 3 | [`model`], [`verify`] | pure semantics; pure verification |
+//! | 3 | [`oversight`] | the oversight report's facts and aggregation, pure |
 //! | 4 | [`index`] | derived state |
 //! | 5 | [`ledger`] | the writer, the gate, reads, proofs |
 //! | 6 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
@@ -26,6 +27,7 @@ pub mod format;
 pub mod index;
 pub mod ledger;
 pub mod model;
+pub mod oversight;
 pub mod server;
 pub mod storage;
 pub mod verify;

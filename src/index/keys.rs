@@ -127,6 +127,12 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 
 /// The format of the derived state this build writes: 2 added request tenants, the tenant
 /// record keys and thread tenants; 3 the policy in force, counted approvals, the
-/// break-glass review queue. A store whose derived state has another version refuses writes
+/// break-glass review queue; 4 the oversight report's facts. A store whose derived state has another version refuses writes
 /// until `reindex` has rebuilt it from its records.
-pub const DERIVED_VERSION: u64 = 3;
+pub const DERIVED_VERSION: u64 = 4;
+
+/// Key of a record's fact, in the `facts` keyspace: its seq (u64 BE), so a scan reads facts
+/// in seq order.
+pub fn fact_key(seq: u64) -> [u8; 8] {
+    be(seq)
+}

@@ -12,6 +12,7 @@ use crate::codec::{be, read_be};
 use crate::error::{Error, Result};
 use crate::format::merkle::{self, Hash};
 use crate::format::record::{Kind, Record};
+use crate::oversight::{Fact, RequestCtx};
 use crate::storage::{Keyspace as Cf, Read};
 
 pub use keys::*;
@@ -23,6 +24,7 @@ pub use view::{Nodes, View};
 pub fn seq_named(ks: Cf, k: &[u8], v: &[u8]) -> Option<u64> {
     match ks {
         Cf::Idem | Cf::Threads | Cf::ByHash | Cf::Grants => read_be(v),
+        Cf::Facts => read_be(k),
         Cf::RequestRecords => k.len().checked_sub(8).and_then(|i| read_be(&k[i..])),
         Cf::Nodes => {
             let level = u32::from(*k.first()?);
@@ -194,13 +196,15 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             return Ok(());
         }
         // A refusal naming no request: its thread's tenant's (none in the reserved thread).
-        if let Some(tenant) = thread_tenant(view, &r.thread_id)? {
+        let tenant = thread_tenant(view, &r.thread_id)?;
+        if let Some(tenant) = &tenant {
             view.put(
                 Cf::RequestRecords,
-                tenant_record_key(&tenant, seq),
+                tenant_record_key(tenant, seq),
                 Vec::new(),
             );
         }
+        put_fact(view, seq, r, None, false, tenant.as_deref());
         return Ok(());
     };
     view.put(Cf::RequestRecords, request_record_key(rid, seq), Vec::new());
@@ -244,6 +248,8 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             deadline_key(st.review_expires_at, rid),
             Vec::new(),
         );
+        let ctx = request_ctx(&st, r.ts.micros(), None);
+        put_fact(view, seq, r, Some(&ctx), false, None);
         put_request(view, rid, &st);
         return Ok(());
     }
@@ -310,6 +316,66 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         }
         _ => {}
     }
+    let ctx = stored_ctx(view, seq, r, &st)?;
+    put_fact(view, seq, r, Some(&ctx), t.closed, None);
     put_request(view, rid, &st);
     Ok(())
+}
+
+/// The oversight context of a request in state `st`, opened at `open_ts`.
+fn request_ctx(st: &RequestState, open_ts: i64, decider: Option<String>) -> RequestCtx {
+    RequestCtx {
+        open_seq: st.interrupt_seq,
+        open_ts,
+        tool: st.tool.clone(),
+        opener: st.opened_by.clone(),
+        tenant: st.tenant.clone(),
+        decider,
+    }
+}
+
+/// The context of a later record (at `seq`) of a request, `st` its state after the record:
+/// the interrupt's `ts` from the interrupt's fact, the decider from the closing decision
+/// (this record's actor, or the earlier decision's fact).
+fn stored_ctx(view: &View, seq: u64, r: &Record, st: &RequestState) -> Result<RequestCtx> {
+    let open_ts = fact_at(view, st.interrupt_seq)?
+        .map(|f| f.ts)
+        .ok_or_else(|| {
+            Error::corrupt_at(
+                seq,
+                format!(
+                    "record {seq}'s request has no fact at its interrupt {}",
+                    st.interrupt_seq
+                ),
+            )
+        })?;
+    let decider = match &st.decision {
+        None => None,
+        Some(d) if d.seq == seq => Some(r.actor.principal.clone()),
+        Some(d) => fact_at(view, d.seq)?.map(|f| f.principal),
+    };
+    Ok(request_ctx(st, open_ts, decider))
+}
+
+fn put_fact(
+    view: &mut View,
+    seq: u64,
+    r: &Record,
+    ctx: Option<&RequestCtx>,
+    closed: bool,
+    thread_tenant: Option<&str>,
+) {
+    if let Some(f) = crate::oversight::fact(r, ctx, closed, thread_tenant) {
+        view.put(Cf::Facts, fact_key(seq).to_vec(), f.encode());
+    }
+}
+
+/// The fact of the record at `seq`, if it has one.
+///
+/// # Errors
+/// A storage error or an undecodable fact.
+pub fn fact_at<L: Lookup + ?Sized>(view: &L, seq: u64) -> Result<Option<Fact>> {
+    view.lookup(Cf::Facts, &fact_key(seq))?
+        .map(|b| Fact::decode(&b))
+        .transpose()
 }

@@ -322,3 +322,12 @@ pub fn put_leaf(view: &mut View<'_>, seq: u64, leaf: Vec<u8>) {
 pub fn put_checkpoint(view: &mut View<'_>, size: u64, note: Vec<u8>) {
     view.put(Keyspace::Checkpoints, be(size).to_vec(), note);
 }
+
+/// Every fact (the oversight report's), in seq order: (seq, fact).
+pub fn facts(r: &dyn Read) -> impl Iterator<Item = Result<(u64, crate::oversight::Fact)>> + '_ {
+    r.scan(Keyspace::Facts, &[]).map(|e| {
+        let (k, v) = e.map_err(Error::from)?;
+        let seq = read_be(&k).ok_or_else(|| Error::corrupt("a facts key is malformed"))?;
+        Ok((seq, crate::oversight::Fact::decode(&v)?))
+    })
+}

@@ -15,6 +15,7 @@ pub mod op;
 pub mod proofs;
 pub mod reads;
 mod replay;
+pub mod report;
 mod sequencer;
 
 use std::path::{Path, PathBuf};

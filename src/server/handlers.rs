@@ -448,6 +448,7 @@ async fn dispatch(
         | Route::BreakGlass(_)
         | Route::Review(_)
         | Route::BreakGlassReviews => super::governance::dispatch(st, route, req, actor).await,
+        Route::Report => super::report::report(st, &params, &actor).await,
         Route::Metrics => {
             let mut text = st.ledger.metrics().render();
             text.push_str(&format!(

@@ -14,6 +14,7 @@ pub mod console;
 pub mod events;
 mod governance;
 mod handlers;
+mod report;
 pub mod routes;
 pub mod tokens;
 

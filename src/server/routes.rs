@@ -48,6 +48,8 @@ pub enum Route {
     Review(String),
     /// `GET /v1/reviews/break-glass`.
     BreakGlassReviews,
+    /// `GET /v1/report` (protocol section 13).
+    Report,
 }
 
 impl Route {
@@ -80,7 +82,7 @@ impl Route {
             Route::BreakGlass(_) => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
             // One document names every tenant's tools and approvers: not an agent's to read.
             Route::Policy => &[Role::Reviewer, Role::Auditor],
-            Route::ThreadRecords(_) | Route::ThreadExport(_) => &[Role::Auditor],
+            Route::ThreadRecords(_) | Route::ThreadExport(_) | Route::Report => &[Role::Auditor],
             Route::Checkpoint => &[Role::Agent, Role::Reviewer, Role::Auditor, Role::BreakGlass],
             Route::Inclusion | Route::Consistency | Route::Events => {
                 &[Role::Agent, Role::Reviewer, Role::Auditor]
@@ -134,6 +136,7 @@ pub fn match_route(segs: &[Option<String>]) -> Option<Route> {
         ["v1", "proofs", "inclusion"] => Route::Inclusion,
         ["v1", "proofs", "consistency"] => Route::Consistency,
         ["v1", "events"] => Route::Events,
+        ["v1", "report"] => Route::Report,
         ["metrics"] => Route::Metrics,
         _ => return None,
     })

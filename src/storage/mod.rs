@@ -64,11 +64,13 @@ pub enum Keyspace {
     Pending,
     /// Open requests by review deadline.
     Deadlines,
+    /// The oversight report's fact of each record that has one, by seq.
+    Facts,
 }
 
 impl Keyspace {
     /// Every keyspace.
-    pub const ALL: [Keyspace; 14] = [
+    pub const ALL: [Keyspace; 15] = [
         Keyspace::Records,
         Keyspace::Checkpoints,
         Keyspace::Meta,
@@ -83,10 +85,11 @@ impl Keyspace {
         Keyspace::Grants,
         Keyspace::Pending,
         Keyspace::Deadlines,
+        Keyspace::Facts,
     ];
 
     /// The keyspaces derived from the records (rebuilt by `reindex`, compared by `verify`).
-    pub const DERIVED: [Keyspace; 12] = [
+    pub const DERIVED: [Keyspace; 13] = [
         Keyspace::Meta,
         Keyspace::Nodes,
         Keyspace::ByHash,
@@ -99,6 +102,7 @@ impl Keyspace {
         Keyspace::Grants,
         Keyspace::Pending,
         Keyspace::Deadlines,
+        Keyspace::Facts,
     ];
 
     /// The keyspace's name (a RocksDB column family, a table name suffix).
@@ -118,6 +122,7 @@ impl Keyspace {
             Keyspace::Grants => "grants",
             Keyspace::Pending => "pending",
             Keyspace::Deadlines => "deadlines",
+            Keyspace::Facts => "facts",
         }
     }
 

@@ -116,6 +116,44 @@ fn schema_sql() -> String {
     sql
 }
 
+/// Creates the table of every derived keyspace a ledger's database lacks: a database made
+/// by an older build, before that keyspace existed, works once `reindex` has filled it (the
+/// append-only tables are never created here: they exist since `init`). Nothing is done in a
+/// database without a ledger (`hitl_ledger`). Two servers opening at once may both try; the
+/// loser's "already exists" is not an error.
+fn create_missing_derived(c: &mut Client) -> Result<(), StorageError> {
+    let has_ledger: bool = c
+        .query_one("SELECT to_regclass('hitl_ledger') IS NOT NULL", &[])
+        .map_err(engine_err("reading the schema"))?
+        .get(0);
+    if !has_ledger {
+        return Ok(());
+    }
+    for ks in Keyspace::ALL.iter().filter(|k| !k.append_only()) {
+        let t = table(*ks);
+        let exists: bool = c
+            .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&t])
+            .map_err(engine_err("reading the schema"))?
+            .get(0);
+        if exists {
+            continue;
+        }
+        let sql = format!("CREATE TABLE IF NOT EXISTS {t} (k bytea PRIMARY KEY, v bytea NOT NULL)");
+        if let Err(e) = c.batch_execute(&sql) {
+            let raced = e.code().is_some_and(|code| {
+                *code == SqlState::UNIQUE_VIOLATION || *code == SqlState::DUPLICATE_TABLE
+            });
+            if !raced {
+                return Err(StorageError::engine(
+                    "creating a derived table",
+                    describe(&e),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The PostgreSQL engine.
 pub struct PgEngine {
     config: postgres::Config,
@@ -241,7 +279,8 @@ impl PgEngine {
             || "postgres".to_string(),
             |d| format!("postgres database {d}"),
         );
-        let client = connect(&config)?;
+        let mut client = connect(&config)?;
+        create_missing_derived(&mut client)?;
         let engine = PgEngine {
             config,
             expect,

@@ -6,13 +6,14 @@
 use std::path::{Path, PathBuf};
 
 /// The rank of each top-level module.
-const RANKS: [(&str, u8); 12] = [
+const RANKS: [(&str, u8); 13] = [
     ("error", 0),
     ("codec", 0),
     ("clock", 1),
     ("format", 2),
     ("storage", 2),
     ("model", 3),
+    ("oversight", 3),
     ("verify", 4),
     ("index", 4),
     ("ledger", 5),

@@ -23,6 +23,7 @@ mod model;
 mod multi;
 mod paging;
 mod pg_commit;
+mod report;
 mod rules;
 mod schemas;
 mod server;

@@ -274,6 +274,7 @@ fn every_schema_file_compiles() {
         "answer-policy-history.json",
         "answer-break-glass-queue.json",
         "policy.json",
+        "report.schema.json",
         "request-authorize.json",
         "request-break_glass.json",
         "request-review.json",
@@ -2932,4 +2933,66 @@ fn governance_answers_over_http(s: &crate::server::TestServer) {
     ] {
         assert_eq!(st(&get(a, p, &ops)), (403, Some("forbidden".into())), "{p}");
     }
+}
+
+#[test]
+fn the_report_follows_its_schema_and_carries_no_free_text() {
+    use hitl_ledger::oversight::{Query, RawQuery, Scope};
+    let f = Fixture::with_policy(Some(r#"{"tools": {"send_email": {"mode": "observe"}}}"#));
+    f.interrupt("r1", "t1", refund(5));
+    f.advance_secs(30);
+    let (t1, _) = f.approve("r1");
+    f.authorize("r1", &t1, refund(5), None);
+    f.authorize("r1", &t1, refund(5), None);
+    f.advance_secs(3_000);
+    f.interrupt("r2", "t1", refund(6));
+    f.advance_secs(700);
+    let t2 = f.reject("r2");
+    f.authorize("r2", &t2, refund(6), None);
+    f.interrupt("r3", "t2", refund(7));
+    let email = json!({"tool": "send_email", "args": {"to": "a@example.com"}});
+    f.interrupt("r4", "t3", email.clone());
+    let (t4, _) = f.approve("r4");
+    f.authorize(
+        "r4",
+        &t4,
+        json!({"tool": "send_email", "args": {"to": "b@example.com"}}),
+        None,
+    );
+    for by in ["tool", "reviewer", "agent"] {
+        let q = Query::parse(
+            &RawQuery {
+                by: Some(by),
+                window: Some("1h"),
+                ..RawQuery::default()
+            },
+            0,
+        )
+        .unwrap();
+        let r = serde_json::to_value(f.l().report(&q, &Scope::default()).unwrap()).unwrap();
+        assert!(!r["groups"].as_array().unwrap().is_empty());
+        validate("report.schema.json", &r);
+        let mut extra = r.clone();
+        extra["groups"][0]["totals"]["rationale"] = json!("no");
+        refuses("report.schema.json", &extra, "a free-text member");
+        let mut bad = r.clone();
+        bad["groups"][0]["windows"][0]["denials"] = json!({"because I said so": 1});
+        refuses("report.schema.json", &bad, "a denial that is no code");
+    }
+    // A shift's shape.
+    let mut r = serde_json::to_value(
+        f.l()
+            .report(
+                &Query::parse(&RawQuery::default(), 0).unwrap(),
+                &Scope::default(),
+            )
+            .unwrap(),
+    )
+    .unwrap();
+    r["shifts"] = json!([{"key": "refund", "window_start": T0, "metric": "approval_rate",
+        "baseline": 0.5, "observed": 1.0, "p_value": 0.0001, "statistic": 3.9,
+        "baseline_count": 60, "observed_count": 20}]);
+    validate("report.schema.json", &r);
+    r["shifts"][0]["metric"] = json!("mood");
+    refuses("report.schema.json", &r, "an unknown metric");
 }

@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// For people.
+    /// For people (`table` is the same).
+    #[value(alias = "table")]
     Text,
     /// Machine-readable JSON.
     Json,
@@ -225,6 +226,36 @@ pub enum Command {
         /// The verifier key, `<name>+<key id>+<base64>`.
         #[arg(long)]
         key: String,
+    },
+    /// The oversight report (protocol section 13): per tool, reviewer or agent and window,
+    /// requests, decisions, approval rate, reasons, decision times, queue age, grants,
+    /// denials, refusals, and shifts; from the records (or from a verified bundle).
+    /// `--format table|json|csv`.
+    Report {
+        /// Start of the range: RFC 3339, or a duration back from now (7d, 12h, 30m).
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the range (exclusive): as --since.
+        #[arg(long)]
+        until: Option<String>,
+        /// The window: a duration (1h, 1d, 7d; default 1d).
+        #[arg(long)]
+        window: Option<String>,
+        /// Group by tool, reviewer or agent (default tool).
+        #[arg(long)]
+        by: Option<String>,
+        /// Only this thread's records.
+        #[arg(long)]
+        thread: Option<String>,
+        /// Significance of the shift tests, between 0 and 1 (default 0.01).
+        #[arg(long)]
+        alpha: Option<String>,
+        /// Report on this export bundle instead of the ledger (verified first; needs --key).
+        #[arg(long, requires = "key")]
+        bundle: Option<PathBuf>,
+        /// The verifier key the bundle is checked against.
+        #[arg(long, requires = "bundle")]
+        key: Option<String>,
     },
 }
 

@@ -28,8 +28,10 @@ pub fn run(cli: Cli) -> Result<Outcome> {
     let f = cli.format;
     let text_or_json = [Format::Text, Format::Json];
     let name = command_name(&cli.command);
-    if !matches!(cli.command, Command::Append { .. } | Command::Export { .. })
-        && !text_or_json.contains(&f)
+    if !matches!(
+        cli.command,
+        Command::Append { .. } | Command::Export { .. } | Command::Report { .. }
+    ) && !text_or_json.contains(&f)
     {
         return Err(Error::new(
             ErrorCode::Usage,
@@ -139,6 +141,29 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         }
         Command::Export { thread, out: path } => export(&dir, f, &thread, path.as_deref()),
         Command::VerifyExport { file, key } => verify_export(f, &file, &key),
+        Command::Report {
+            since,
+            until,
+            window,
+            by,
+            thread,
+            alpha,
+            bundle,
+            key,
+        } => crate::report::report(
+            &dir,
+            f,
+            &crate::report::Args {
+                since,
+                until,
+                window,
+                by,
+                thread,
+                alpha,
+                bundle,
+                key,
+            },
+        ),
     }
 }
 
@@ -163,6 +188,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Serve { .. } => "serve",
         Command::Export { .. } => "export",
         Command::VerifyExport { .. } => "verify-export",
+        Command::Report { .. } => "report",
     }
 }
 
@@ -475,7 +501,7 @@ fn export(dir: &Path, f: Format, thread: &str, path: Option<&Path>) -> Result<Ou
     Ok(Outcome::Done)
 }
 
-fn verify_export(f: Format, file: &Path, key: &str) -> Result<Outcome> {
+pub(crate) fn verify_export(f: Format, file: &Path, key: &str) -> Result<Outcome> {
     let bytes = std::fs::read(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
     let report = hitl_ledger::verify::verify_bundle(&bytes, key);
     if f == Format::Json {

@@ -8,6 +8,7 @@ mod commands;
 mod exit;
 mod governance;
 mod output;
+mod report;
 mod serve;
 mod user;
 

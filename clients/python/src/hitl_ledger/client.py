@@ -806,6 +806,39 @@ class LedgerClient:
     def thread_records(self, thread_id: str) -> list[dict[str, Any]]:
         return list(self.iter_thread_records(thread_id))
 
+    def report(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        window: str | None = None,
+        by: str | None = None,
+        thread: str | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v1/report`` (auditor, admin): the oversight report of the records (spec
+        section 13), as answered (``schemas/report.schema.json``). ``since`` and ``until`` are
+        RFC 3339 instants or durations back from now (``"7d"``, ``"12h"``); ``window`` a
+        duration (default ``"1d"``); ``by`` ``"tool"`` (default), ``"reviewer"`` or ``"agent"``;
+        ``thread`` restricts it to one thread; ``alpha`` is the shift tests' significance
+        (default 0.01). Bad parameters raise the server's 400 error."""
+        query = urllib.parse.urlencode(
+            _drop_none(
+                {
+                    "since": since,
+                    "until": until,
+                    "window": window,
+                    "by": by,
+                    "thread": thread,
+                    "alpha": None if alpha is None else repr(float(alpha)),
+                }
+            )
+        )
+        _, answer = self.request("GET", "/v1/report" + (f"?{query}" if query else ""))
+        if not isinstance(answer, dict) or not isinstance(answer.get("groups"), list):
+            raise LedgerProtocolError(f"GET /v1/report answered no report: {answer!r}")
+        return answer
+
     def export_thread(self, thread_id: str) -> dict[str, Any]:
         """``GET /v1/threads/{id}/export`` (auditor): the thread's bundle (spec section 7)."""
         _, answer = self.request("GET", f"/v1/threads/{_seg(thread_id)}/export")
