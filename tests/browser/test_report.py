@@ -337,6 +337,7 @@ def test_the_page_draws_the_ledgers_report_of_a_known_history(driver, report_led
     no_injected_markup(d)
     errors = browser_errors(d)
     assert not [m for m in errors if "Content Security Policy" in m or "Uncaught" in m], errors
+    d.execute_script("document.getElementById('report-facts').scrollIntoView()")  # the charts, for the docs
     shoot("report")
 
 
@@ -510,6 +511,7 @@ def test_a_shift_the_ledger_flags_is_marked_with_its_window_metric_and_p_value(d
         assert "p = " in text(d, bands[0])
         row = d.find_element(By.CSS_SELECTOR, "#report-totals tbody tr.has-shift")
         assert row.get_attribute("data-key") == "wire_transfer" and "shift" in row.text
+        d.execute_script("document.getElementById('report-shifts').scrollIntoView()")  # the charts, for the docs
         shoot("report-shift")
     finally:
         ledger.stop()
