@@ -8,12 +8,14 @@
 //   - "Break-glass reviews": the emergency grants awaiting their post-event review
 //     (GET /v1/reviews/break-glass), each with a form to record one (POST .../review);
 //   - "Verify": an export bundle checked in the browser (verify.js), trusting only the key the
-//     auditor pastes or pins.
+//     auditor pastes or pins;
+//   - "Report": the ledger's report of its records (GET /v1/report, auditor), drawn by report.js.
 // The token lives in sessionStorage and travels only in the Authorization header. The DOM is
 // built with createElement / textContent only: no data is ever parsed as HTML.
 
 import { HIDDEN_CHARS, JsonError, canonicalize, isObject, parseJson, readableJson, requestJson } from './jcs.js';
 import { DecisionStream } from './sse.js';
+import { clearReport, setupReport, showReport } from './report.js';
 import { EnvironmentError, validId, verifyBundle } from './verify.js';
 
 const TOKEN_KEY = 'hitl-ledger.console.token';
@@ -1555,9 +1557,9 @@ function setupVerify() {
 
 // ------------------------------------------------------------------------ places, sign-in
 
-const PLACES = ['queue', 'recorded', 'policy', 'break-glass', 'verify'];
+const PLACES = ['queue', 'recorded', 'policy', 'break-glass', 'verify', 'report'];
 /** The places a link names by their name alone. */
-const PLAIN_PLACES = new Set(['queue', 'policy', 'break-glass', 'verify']);
+const PLAIN_PLACES = new Set(['queue', 'policy', 'break-glass', 'verify', 'report']);
 /** The longest part of a link quoted back in a message. */
 const MAX_QUOTED = 120;
 
@@ -1620,6 +1622,7 @@ function route() {
     });
   }
   if (r.place === 'break-glass' && token()) loadBreakGlass();
+  if (r.place === 'report' && token()) showReport();
   if (r.requestId !== null) {
     $('request-id').value = r.requestId;
     showRequestHistory(r.requestId).catch((e) => {
@@ -1651,6 +1654,7 @@ function signOut(message) {
   clear($('history'));
   clear($('closed'));
   clear($('verify-result'));
+  clearReport();
   $('app').hidden = true;
   $('session').hidden = true;
   $('signin').hidden = false;
@@ -1718,6 +1722,7 @@ function main() {
   });
   window.addEventListener('hashchange', route);
   setupVerify();
+  setupReport({ get: (path) => api('GET', path), vis });
   if (token()) signIn();
   else $('signin').hidden = false;
 }

@@ -48,6 +48,11 @@ const ASSETS: &[Asset] = &[
         bytes: include_bytes!("../../console/sse.js"),
     },
     Asset {
+        name: "report.js",
+        media_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../console/report.js"),
+    },
+    Asset {
         name: "style.css",
         media_type: "text/css; charset=utf-8",
         bytes: include_bytes!("../../console/style.css"),
