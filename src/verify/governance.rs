@@ -270,6 +270,40 @@ fn rule_10(
     })
 }
 
+/// Every bundle of a vectors file (`bundles`, at least `at_least` of them) gets its expected
+/// verdict from `verify_bundle` under the file's `verifier_key`: the code, the seq and, where
+/// named, the rule.
+#[cfg(test)]
+fn assert_bundle_verdicts(v: &serde_json::Value, at_least: usize) {
+    let key = v["verifier_key"].as_str().unwrap();
+    let bundles = v["bundles"].as_array().unwrap();
+    assert!(bundles.len() >= at_least);
+    for c in bundles {
+        let name = c["name"].as_str().unwrap();
+        let bytes = serde_json::to_vec(&c["bundle"]).unwrap();
+        let r = crate::verify::verify_bundle(&bytes, key);
+        let exp = &c["expect"];
+        if exp["ok"] == true {
+            assert!(r.ok(), "{name}: {:?}", r.problem);
+            continue;
+        }
+        let p = r.problem.unwrap_or_else(|| panic!("{name} verified"));
+        assert_eq!(
+            p.code.as_str(),
+            exp["code"].as_str().unwrap(),
+            "{name}: {p:?}"
+        );
+        assert_eq!(p.seq, exp["seq"].as_u64(), "{name}: {p:?}");
+        if let Some(rule) = exp["rule"].as_str() {
+            assert!(
+                p.message.contains(&format!("rule {rule}: ")),
+                "{name}: {}",
+                p.message
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The governance known-answer vectors (`tests/vectors/governance.json`, written from the
@@ -344,34 +378,7 @@ mod tests {
 
     #[test]
     fn bundles_get_their_verdicts() {
-        let v = vectors();
-        let key = v["verifier_key"].as_str().unwrap();
-        let bundles = v["bundles"].as_array().unwrap();
-        assert!(bundles.len() >= 20);
-        for c in bundles {
-            let name = c["name"].as_str().unwrap();
-            let bytes = serde_json::to_vec(&c["bundle"]).unwrap();
-            let r = crate::verify::verify_bundle(&bytes, key);
-            let exp = &c["expect"];
-            if exp["ok"] == true {
-                assert!(r.ok(), "{name}: {:?}", r.problem);
-                continue;
-            }
-            let p = r.problem.unwrap_or_else(|| panic!("{name} verified"));
-            assert_eq!(
-                p.code.as_str(),
-                exp["code"].as_str().unwrap(),
-                "{name}: {p:?}"
-            );
-            assert_eq!(p.seq, exp["seq"].as_u64(), "{name}: {p:?}");
-            if let Some(rule) = exp["rule"].as_str() {
-                assert!(
-                    p.message.contains(&format!("rule {rule}: ")),
-                    "{name}: {}",
-                    p.message
-                );
-            }
-        }
+        super::assert_bundle_verdicts(&vectors(), 20);
     }
 }
 
@@ -454,33 +461,6 @@ mod reasons_vectors {
 
     #[test]
     fn bundles_get_their_verdicts() {
-        let v = vectors();
-        let key = v["verifier_key"].as_str().unwrap();
-        let bundles = v["bundles"].as_array().unwrap();
-        assert!(bundles.len() >= 10);
-        for c in bundles {
-            let name = c["name"].as_str().unwrap();
-            let bytes = serde_json::to_vec(&c["bundle"]).unwrap();
-            let r = crate::verify::verify_bundle(&bytes, key);
-            let exp = &c["expect"];
-            if exp["ok"] == true {
-                assert!(r.ok(), "{name}: {:?}", r.problem);
-                continue;
-            }
-            let p = r.problem.unwrap_or_else(|| panic!("{name} verified"));
-            assert_eq!(
-                p.code.as_str(),
-                exp["code"].as_str().unwrap(),
-                "{name}: {p:?}"
-            );
-            assert_eq!(p.seq, exp["seq"].as_u64(), "{name}: {p:?}");
-            if let Some(rule) = exp["rule"].as_str() {
-                assert!(
-                    p.message.contains(&format!("rule {rule}: ")),
-                    "{name}: {}",
-                    p.message
-                );
-            }
-        }
+        super::assert_bundle_verdicts(&vectors(), 10);
     }
 }
