@@ -104,6 +104,9 @@ pub enum ErrorCode {
     InvalidReportRange,
     /// A report's range holds more windows than one report may (10,000).
     TooManyWindows,
+    /// A report would hold more group-windows (groups × windows) than one report may
+    /// (100,000).
+    ReportTooLarge,
 }
 
 impl ErrorCode {
@@ -157,6 +160,7 @@ impl ErrorCode {
             InvalidDuration => "invalid_duration",
             InvalidReportRange => "invalid_report_range",
             TooManyWindows => "too_many_windows",
+            ReportTooLarge => "report_too_large",
         }
     }
 
@@ -168,7 +172,8 @@ impl ErrorCode {
             | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
             | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy
             | UnknownReasonCode => 400,
-            InvalidReportGroup | InvalidDuration | InvalidReportRange | TooManyWindows => 400,
+            InvalidReportGroup | InvalidDuration | InvalidReportRange | TooManyWindows
+            | ReportTooLarge => 400,
             Unauthenticated => 401,
             Forbidden
             | ApproverNotAllowed

@@ -366,3 +366,29 @@ pub fn facts(r: &dyn Read) -> impl Iterator<Item = Result<(u64, crate::oversight
         Ok((seq, crate::oversight::Fact::decode(&v)?))
     })
 }
+
+/// Feeds every fact with a seq below `end`, in seq order, to `each`, until it breaks; the
+/// fact's strings are borrowed from the stored bytes ([`Fact::decode_borrowed`]), so a
+/// fact costs no allocation beyond the engine's entry.
+///
+/// [`Fact::decode_borrowed`]: crate::oversight::Fact::decode_borrowed
+///
+/// # Errors
+/// A storage error, a malformed key or an undecodable fact; `each`'s error.
+pub fn scan_facts(
+    r: &dyn Read,
+    end: u64,
+    each: &mut dyn FnMut(&crate::oversight::Fact<&str>) -> Result<std::ops::ControlFlow<()>>,
+) -> Result<()> {
+    for e in r.scan(Keyspace::Facts, &[]) {
+        let (k, v) = e.map_err(Error::from)?;
+        let seq = read_be(&k).ok_or_else(|| Error::corrupt("a facts key is malformed"))?;
+        if seq >= end {
+            break;
+        }
+        if each(&crate::oversight::Fact::decode_borrowed(&v)?)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -31,12 +31,7 @@ fn checkpoint_ref(cp: &Checkpoint) -> CheckpointRef {
 /// Feeds every fact of `r` below `size`, in seq order, then finishes.
 fn aggregate(r: &dyn Read, size: u64, q: &Query, scope: &Scope, cp: &Checkpoint) -> Result<Report> {
     let mut agg = Aggregator::new(q.clone(), scope.clone());
-    for item in index::facts(r) {
-        let (seq, fact) = item?;
-        if seq >= size || agg.feed(&fact)?.is_break() {
-            break;
-        }
-    }
+    index::scan_facts(r, size, &mut |fact| agg.feed(fact))?;
     agg.finish(checkpoint_ref(cp))
 }
 

@@ -1,7 +1,8 @@
 //! The aggregator: facts in seq order in, the report out. Its memory is bounded by groups ×
 //! windows (one [`Cell`] each, every map in it keyed by a code or principal, the percentile
-//! sketch bounded by its buckets) plus the requests open at once; never by the number of
-//! records in the range.
+//! sketch bounded by its buckets; at most [`MAX_CELLS`] of them, refused with
+//! `report_too_large` beyond) plus one small entry per request open at once and per group
+//! with a request opened before the range; never by the number of records in the range.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
@@ -153,6 +154,10 @@ pub struct Report {
     pub shifts: Vec<Shift>,
 }
 
+/// The most group-windows (groups × windows) a report holds: its memory and its answer's
+/// size are bounded by it, however many tools, reviewers or agents the records name.
+pub const MAX_CELLS: u64 = 100_000;
+
 /// Minimum decisions in the baseline and in the last window for the approval-rate test.
 pub const MIN_DECISIONS: u64 = 10;
 /// Minimum rejections in the baseline and in the last window for the reason test.
@@ -260,11 +265,16 @@ impl Cell {
 #[derive(Debug)]
 struct Open {
     open_ts: i64,
-    pending_key: Option<String>,
+    /// The group it is pending under (its key's; the `null` group by reviewer).
+    pending: usize,
     window: Option<u64>,
 }
 
 /// Feeds facts (in seq order) and makes the report.
+///
+/// Group keys are interned: each is held once, as a string, and every cell, pending set and
+/// open request refers to it by its index, so a fact costs no allocation once its group and
+/// codes have been seen.
 #[derive(Debug)]
 pub struct Aggregator {
     q: Query,
@@ -274,12 +284,35 @@ pub struct Aggregator {
     last_ts: Option<i64>,
     /// Windows whose `pending` has been taken (their end is at or before the facts fed).
     settled: u64,
-    groups: BTreeMap<Option<String>, Vec<Cell>>,
+    /// The key of each interned group (index 0: the `null` key).
+    keys: Vec<Option<String>>,
+    /// The index of each non-null key.
+    ids: HashMap<String, usize>,
+    /// The cells of each group, by window (empty: no cell yet, not in the report).
+    cells: Vec<Vec<Cell>>,
+    /// Groups with at least one cell.
+    live: u64,
+    /// Windows reached so far (the largest window index with a cell, plus one).
+    reached: u64,
     open: HashMap<u64, Open>,
-    pending: BTreeMap<Option<String>, BTreeSet<(i64, u64)>>,
+    /// The requests pending under each group, by `(open_ts, open_seq)`.
+    pending: Vec<BTreeSet<(i64, u64)>>,
 }
 
 const UNSPECIFIED: &str = "unspecified";
+
+/// The null group's index.
+const NULL: usize = 0;
+
+/// Counts one more of `code` (allocating its string only the first time).
+fn bump(map: &mut BTreeMap<String, u64>, code: &str) {
+    match map.get_mut(code) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(code.to_owned(), 1);
+        }
+    }
+}
 
 impl Aggregator {
     /// An aggregator for a checked query over a scope.
@@ -291,29 +324,57 @@ impl Aggregator {
             first_ts: None,
             last_ts: None,
             settled: 0,
-            groups: BTreeMap::new(),
+            keys: vec![None],
+            ids: HashMap::new(),
+            cells: vec![Vec::new()],
+            live: 0,
+            reached: 0,
             open: HashMap::new(),
-            pending: BTreeMap::new(),
+            pending: vec![BTreeSet::new()],
         }
     }
 
-    fn in_scope(&self, f: &Fact) -> bool {
-        if self.q.thread.as_ref().is_some_and(|t| *t != f.thread) {
+    fn in_scope<S: AsRef<str>>(&self, f: &Fact<S>) -> bool {
+        if self
+            .q
+            .thread
+            .as_ref()
+            .is_some_and(|t| t != f.thread.as_ref())
+        {
             return false;
         }
         match &self.scope.tenants {
             None => true,
-            Some(ts) => f.tenant.as_ref().is_some_and(|t| ts.contains(t)),
+            Some(ts) => f
+                .tenant
+                .as_ref()
+                .is_some_and(|t| ts.iter().any(|x| x == t.as_ref())),
         }
     }
 
-    fn key(&self, ctx: Option<&RequestCtx>) -> Option<String> {
-        let c = ctx?;
-        match self.q.by {
-            By::Tool => Some(c.tool.clone()),
-            By::Agent => Some(c.opener.clone()),
-            By::Reviewer => c.decider.clone(),
+    /// The index of group `key`, interning it the first time.
+    fn intern(&mut self, key: Option<&str>) -> usize {
+        let Some(k) = key else { return NULL };
+        if let Some(&i) = self.ids.get(k) {
+            return i;
         }
+        let i = self.keys.len();
+        self.keys.push(Some(k.to_owned()));
+        self.ids.insert(k.to_owned(), i);
+        self.cells.push(Vec::new());
+        self.pending.push(BTreeSet::new());
+        i
+    }
+
+    /// The group of a fact of request `ctx`.
+    fn key<S: AsRef<str>>(&mut self, ctx: Option<&RequestCtx<S>>) -> usize {
+        let Some(c) = ctx else { return NULL };
+        let k = match self.q.by {
+            By::Tool => Some(c.tool.as_ref()),
+            By::Agent => Some(c.opener.as_ref()),
+            By::Reviewer => c.decider.as_ref().map(AsRef::as_ref),
+        };
+        self.intern(k)
     }
 
     fn end_of(&self, since: i64, k: u64) -> i64 {
@@ -324,62 +385,77 @@ impl Aggregator {
         }
     }
 
-    fn cell(&mut self, key: Option<String>, w: u64) -> &mut Cell {
-        let v = self.groups.entry(key).or_default();
+    /// Refuses a report of more than [`MAX_CELLS`] group-windows, before it is built.
+    fn check_cells(&self, groups: u64, windows: u64) -> Result<()> {
+        if groups.saturating_mul(windows) > MAX_CELLS {
+            return Err(Error::new(
+                ErrorCode::ReportTooLarge,
+                format!(
+                    "the report would hold {groups} groups of {windows} windows of {} s, more than {MAX_CELLS} group-windows; choose a longer window, a shorter range, another grouping or one thread",
+                    self.q.window / 1_000_000
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn cell(&mut self, g: usize, w: u64) -> Result<&mut Cell> {
+        let new_group = self.cells[g].is_empty();
+        if new_group || w >= self.reached {
+            let live = self.live + u64::from(new_group);
+            let reached = self.reached.max(w + 1);
+            self.check_cells(live, reached)?;
+            self.live = live;
+            self.reached = reached;
+        }
+        let v = &mut self.cells[g];
         if v.len() as u64 <= w {
             v.resize_with(w as usize + 1, Cell::default);
         }
-        &mut v[w as usize]
+        Ok(&mut v[w as usize])
     }
 
     /// Takes `pending` at the end of every window that ends at or before `t`.
-    fn settle_until(&mut self, since: i64, t: i64, limit: Option<u64>) {
+    fn settle_until(&mut self, since: i64, t: i64, limit: Option<u64>) -> Result<()> {
         loop {
             let k = self.settled;
             if limit.is_some_and(|n| k >= n) {
-                return;
+                return Ok(());
             }
             let end = self.end_of(since, k);
             if end > t {
-                return;
+                return Ok(());
             }
-            let snapshot: Vec<(Option<String>, u64, i64)> = self
-                .pending
-                .iter()
-                .filter_map(|(key, set)| {
-                    set.first()
-                        .map(|(ts, _)| (key.clone(), set.len() as u64, end - ts))
-                })
-                .collect();
-            for (key, n, age) in snapshot {
-                let c = self.cell(key, k);
+            for g in 0..self.pending.len() {
+                let Some(&(ts, _)) = self.pending[g].first() else {
+                    continue;
+                };
+                let n = self.pending[g].len() as u64;
+                let c = self.cell(g, k)?;
                 c.pending = n;
-                c.oldest_pending = Some(age);
+                c.oldest_pending = Some(end - ts);
             }
             self.settled += 1;
         }
     }
 
-    fn close(&mut self, open_seq: u64, key: Option<String>) {
+    fn close(&mut self, open_seq: u64, g: usize) -> Result<()> {
         if let Some(o) = self.open.remove(&open_seq) {
-            if let Some(set) = self.pending.get_mut(&o.pending_key) {
-                set.remove(&(o.open_ts, open_seq));
-                if set.is_empty() {
-                    self.pending.remove(&o.pending_key);
-                }
-            }
+            self.pending[o.pending].remove(&(o.open_ts, open_seq));
             if let Some(w) = o.window {
-                self.cell(key, w).opened += 1;
+                self.cell(g, w)?.opened += 1;
             }
         }
+        Ok(())
     }
 
     /// Feeds the next fact (facts come in seq order, so their `ts` never decreases).
     /// `Break` once a fact is at or past an explicit `until`: nothing later counts.
     ///
     /// # Errors
-    /// `too_many_windows` when a range derived from the records grows past the limit.
-    pub fn feed(&mut self, f: &Fact) -> Result<ControlFlow<()>> {
+    /// `too_many_windows` when a range derived from the records grows past the limit;
+    /// `report_too_large` when the groups seen times the windows reached pass [`MAX_CELLS`].
+    pub fn feed<S: AsRef<str>>(&mut self, f: &Fact<S>) -> Result<ControlFlow<()>> {
         if self.q.until.is_some_and(|u| f.ts >= u) {
             return Ok(ControlFlow::Break(()));
         }
@@ -408,26 +484,28 @@ impl Aggregator {
             None
         };
         if f.ts >= since {
-            self.settle_until(since, f.ts, None);
+            self.settle_until(since, f.ts, None)?;
         }
-        let key = self.key(f.request.as_ref());
         let ctx = f.request.as_ref();
+        // Before the range only an opened request matters (it may still be pending in it): no
+        // other fact there interns its group.
+        let g = if w.is_some() || matches!(f.event, Event::Opened) {
+            self.key(ctx)
+        } else {
+            NULL
+        };
         match (&f.event, ctx) {
             (Event::Opened, Some(c)) => {
-                let pending_key = match self.q.by {
-                    By::Tool => Some(c.tool.clone()),
-                    By::Agent => Some(c.opener.clone()),
-                    By::Reviewer => None,
+                let pending = match self.q.by {
+                    By::Tool | By::Agent => g,
+                    By::Reviewer => NULL,
                 };
-                self.pending
-                    .entry(pending_key.clone())
-                    .or_default()
-                    .insert((c.open_ts, c.open_seq));
+                self.pending[pending].insert((c.open_ts, c.open_seq));
                 self.open.insert(
                     c.open_seq,
                     Open {
                         open_ts: c.open_ts,
-                        pending_key,
+                        pending,
                         window: w,
                     },
                 );
@@ -440,25 +518,25 @@ impl Aggregator {
                 Some(c),
             ) => {
                 if let Some(w) = w {
-                    let cell = self.cell(key.clone(), w);
+                    let cell = self.cell(g, w)?;
                     match decision {
                         Decision::Approve => cell.approved += 1,
                         Decision::Edit => cell.edited += 1,
                         Decision::Reject => {
                             cell.rejected += 1;
-                            let code = reason_code.clone().unwrap_or(UNSPECIFIED.into());
-                            *cell.rejection_reasons.entry(code).or_default() += 1;
+                            let code = reason_code.as_ref().map_or(UNSPECIFIED, AsRef::as_ref);
+                            bump(&mut cell.rejection_reasons, code);
                         }
                     }
                     cell.sketch.add(f.ts - c.open_ts);
                 }
-                self.close(c.open_seq, key);
+                self.close(c.open_seq, g)?;
             }
             (Event::TimedOut, Some(c)) => {
                 if let Some(w) = w {
-                    self.cell(key.clone(), w).timed_out += 1;
+                    self.cell(g, w)?.timed_out += 1;
                 }
-                self.close(c.open_seq, key);
+                self.close(c.open_seq, g)?;
             }
             (
                 Event::Revoked {
@@ -468,41 +546,33 @@ impl Aggregator {
                 Some(c),
             ) => {
                 if let Some(w) = w {
-                    let cell = self.cell(key.clone(), w);
+                    let cell = self.cell(g, w)?;
                     cell.revoked += 1;
-                    let code = reason_code.clone().unwrap_or(UNSPECIFIED.into());
-                    *cell.revocation_reasons.entry(code).or_default() += 1;
+                    let code = reason_code.as_ref().map_or(UNSPECIFIED, AsRef::as_ref);
+                    bump(&mut cell.revocation_reasons, code);
                 }
                 if *closed {
-                    self.close(c.open_seq, key);
+                    self.close(c.open_seq, g)?;
                 }
             }
             (Event::Granted, _) => {
                 if let Some(w) = w {
-                    self.cell(key, w).granted += 1;
+                    self.cell(g, w)?.granted += 1;
                 }
             }
             (Event::Denied(code), _) => {
                 if let Some(w) = w {
-                    *self.cell(key, w).denials.entry(code.clone()).or_default() += 1;
+                    bump(&mut self.cell(g, w)?.denials, code.as_ref());
                 }
             }
             (Event::ObserveDenied(code), _) => {
                 if let Some(w) = w {
-                    *self
-                        .cell(key, w)
-                        .observe_denials
-                        .entry(code.clone())
-                        .or_default() += 1;
+                    bump(&mut self.cell(g, w)?.observe_denials, code.as_ref());
                 }
             }
             (Event::Refused(_), _) => {
                 if let Some(w) = w {
-                    *self
-                        .cell(key, w)
-                        .refusals
-                        .entry(f.principal.clone())
-                        .or_default() += 1;
+                    bump(&mut self.cell(g, w)?.refusals, f.principal.as_ref());
                 }
             }
             // A request's fact without its context is not written by `index::apply`.
@@ -514,7 +584,8 @@ impl Aggregator {
     /// The report, at `checkpoint`.
     ///
     /// # Errors
-    /// `too_many_windows` when the range derived from the records holds more than the limit.
+    /// `too_many_windows` when the range derived from the records holds more than the limit;
+    /// `report_too_large` when its groups times its windows pass [`MAX_CELLS`].
     pub fn finish(mut self, checkpoint: CheckpointRef) -> Result<Report> {
         let window = self.q.window;
         let bounds = match (self.since, self.q.until, self.last_ts) {
@@ -529,24 +600,30 @@ impl Aggregator {
         };
         check_windows(since, until, window)?;
         let n = window_count(since, until, window);
+        self.check_cells(self.live, n)?;
         self.q.until = Some(until);
-        self.settle_until(since, until, Some(n));
+        self.settle_until(since, until, Some(n))?;
         // Requests still open: `opened` in their window, under the group of undecided ones.
-        let open: Vec<(Option<String>, u64)> = self
+        let open: Vec<(usize, u64)> = self
             .open
             .values()
-            .filter_map(|o| o.window.map(|w| (o.pending_key.clone(), w)))
+            .filter_map(|o| o.window.map(|w| (o.pending, w)))
             .collect();
-        for (key, w) in open {
+        for (g, w) in open {
             if w < n {
-                self.cell(key, w).opened += 1;
+                self.cell(g, w)?.opened += 1;
             }
         }
+        // The groups in key order, the null key first.
+        let mut order: Vec<usize> = (0..self.keys.len())
+            .filter(|&g| !self.cells[g].is_empty())
+            .collect();
+        order.sort_by(|a, b| self.keys[*a].cmp(&self.keys[*b]));
         let mut groups = Vec::new();
         let mut shifts = Vec::new();
-        let keys: Vec<Option<String>> = self.groups.keys().cloned().collect();
-        for key in keys {
-            let mut cells = self.groups.remove(&key).unwrap_or_default();
+        for g in order {
+            let key = self.keys[g].clone();
+            let mut cells = std::mem::take(&mut self.cells[g]);
             cells.resize_with(n as usize, Cell::default);
             let mut total = Cell::default();
             for c in &cells {

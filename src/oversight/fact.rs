@@ -12,26 +12,30 @@ use crate::error::{Error, Result};
 use crate::format::record::{Kind, Record};
 
 /// What a request's earlier records established, as the report attributes its records.
+///
+/// `S` is the type of its strings: owned (`String`, the default, as `index::apply` makes it)
+/// or borrowed from the stored bytes (`&str`, as the report reads it: see
+/// [`Fact::decode_borrowed`]). Both have the same bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestCtx {
+pub struct RequestCtx<S = String> {
     /// Seq of the request's interrupt (identifies the request in the report's bookkeeping).
     pub open_seq: u64,
     /// `ts` of the interrupt, µs (the start of `decision_seconds` and queue age).
     pub open_ts: i64,
     /// The request's tool (its interrupt's).
-    pub tool: String,
+    pub tool: S,
     /// The principal that opened it (for an edit's new request, the original's opener).
-    pub opener: String,
+    pub opener: S,
     /// The tenant it belongs to.
-    pub tenant: String,
+    pub tenant: S,
     /// The principal of its closing decision or rejection, once there is one (as of the
     /// record the fact is made of).
-    pub decider: Option<String>,
+    pub decider: Option<S>,
 }
 
-/// What one record contributes.
+/// What one record contributes (`S` as in [`RequestCtx`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Event {
+pub enum Event<S = String> {
     /// An interrupt: a request opened.
     Opened,
     /// A closing decision or rejection.
@@ -39,7 +43,7 @@ pub enum Event {
         /// What was decided.
         decision: Decision,
         /// The rejection's `reason_code` (`None`: absent).
-        reason_code: Option<String>,
+        reason_code: Option<S>,
     },
     /// The review deadline passed.
     TimedOut,
@@ -48,16 +52,16 @@ pub enum Event {
         /// True when it closed an open request (false: it revoked an approval).
         closed: bool,
         /// Its `reason_code` (`None`: absent).
-        reason_code: Option<String>,
+        reason_code: Option<S>,
     },
     /// A real grant (the ticket consumed).
     Granted,
     /// An enforced denial, with its code.
-    Denied(String),
+    Denied(S),
     /// An observe-mode evaluation that would have been denied, with the code it would have had.
-    ObserveDenied(String),
+    ObserveDenied(S),
     /// A recorded refusal, with the code it was answered.
-    Refused(String),
+    Refused(S),
 }
 
 /// A closing decision.
@@ -71,22 +75,22 @@ pub enum Decision {
     Reject,
 }
 
-/// The fact of one record.
+/// The fact of one record (`S` as in [`RequestCtx`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fact {
+pub struct Fact<S = String> {
     /// The record's `ts`, µs.
     pub ts: i64,
     /// Its thread.
-    pub thread: String,
+    pub thread: S,
     /// The tenant it belongs to (its request's, else its thread's; `None` in the reserved
     /// refusals thread).
-    pub tenant: Option<String>,
+    pub tenant: Option<S>,
     /// Who caused it (the record's actor principal).
-    pub principal: String,
+    pub principal: S,
     /// Its request, as established before it (and by it, for a closing decision's `decider`).
-    pub request: Option<RequestCtx>,
+    pub request: Option<RequestCtx<S>>,
     /// What it contributes.
-    pub event: Event,
+    pub event: Event<S>,
 }
 
 /// The fact of `r`, or `None` for a record the report does not count (policy, follow-up,
@@ -173,6 +177,17 @@ impl Fact {
             .map(|(v, _)| v)
             .map_err(|e| Error::corrupt(format!("a fact does not decode: {e}")))
     }
+
+    /// A fact from its bytes, its strings borrowed from them (no allocation: how the report
+    /// reads a million facts).
+    ///
+    /// # Errors
+    /// `corrupt_store` when the bytes are not a fact.
+    pub fn decode_borrowed(b: &[u8]) -> Result<Fact<&str>> {
+        bincode::serde::borrow_decode_from_slice(b, bincode::config::standard())
+            .map(|(v, _)| v)
+            .map_err(|e| Error::corrupt(format!("a fact does not decode: {e}")))
+    }
 }
 
 #[cfg(test)]
@@ -198,6 +213,47 @@ mod tests {
             thread_prev: ZERO_HASH,
             actor: Actor::with_role("alice", "reviewer", None),
             body: body.as_object().unwrap().clone(),
+        }
+    }
+
+    /// The owned fact of a borrowed one, field by field (so the comparison sees each).
+    fn owned(f: &Fact<&str>) -> Fact {
+        let o = |s: &&str| s.to_string();
+        Fact {
+            ts: f.ts,
+            thread: o(&f.thread),
+            tenant: f.tenant.as_ref().map(o),
+            principal: o(&f.principal),
+            request: f.request.as_ref().map(|c| RequestCtx {
+                open_seq: c.open_seq,
+                open_ts: c.open_ts,
+                tool: o(&c.tool),
+                opener: o(&c.opener),
+                tenant: o(&c.tenant),
+                decider: c.decider.as_ref().map(o),
+            }),
+            event: match &f.event {
+                Event::Opened => Event::Opened,
+                Event::Decided {
+                    decision,
+                    reason_code,
+                } => Event::Decided {
+                    decision: *decision,
+                    reason_code: reason_code.as_ref().map(o),
+                },
+                Event::TimedOut => Event::TimedOut,
+                Event::Revoked {
+                    closed,
+                    reason_code,
+                } => Event::Revoked {
+                    closed: *closed,
+                    reason_code: reason_code.as_ref().map(o),
+                },
+                Event::Granted => Event::Granted,
+                Event::Denied(c) => Event::Denied(o(c)),
+                Event::ObserveDenied(c) => Event::ObserveDenied(o(c)),
+                Event::Refused(c) => Event::Refused(o(c)),
+            },
         }
     }
 
@@ -279,7 +335,9 @@ mod tests {
             assert_eq!(f.as_ref().map(|f| f.event.clone()), want, "{:?}", r.kind);
             if let Some(f) = f {
                 assert!(!format!("{f:?}").contains("secret"));
-                assert_eq!(Fact::decode(&f.encode()).unwrap(), f);
+                let bytes = f.encode();
+                assert_eq!(Fact::decode(&bytes).unwrap(), f);
+                assert_eq!(owned(&Fact::decode_borrowed(&bytes).unwrap()), f);
                 assert_eq!(f.tenant.as_deref(), Some("acme"));
             }
         }

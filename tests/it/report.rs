@@ -879,6 +879,54 @@ fn bad_queries_are_refused_with_stable_codes() {
     assert_eq!(f.size(), size, "a report writes nothing");
 }
 
+#[test]
+fn a_report_of_more_group_windows_than_the_bound_is_refused() {
+    // Eleven tools, each with a request left open at T0 + 60 s: pending in every window.
+    let f = Fixture::new();
+    at(&f, 60);
+    for i in 0..11 {
+        open(&f, &format!("g{i}"), "t", pay(&format!("tool-{i}"), 1), 1);
+    }
+    let q = |by: &'static str, since: Option<&str>, until: Option<&str>| {
+        Query::parse(
+            &RawQuery {
+                since,
+                until,
+                window: Some("1m"),
+                by: Some(by),
+                ..RawQuery::default()
+            },
+            t0(),
+        )
+        .unwrap()
+    };
+    // 10,000 windows of a minute: 11 tools are 110,000 group-windows, one agent 10,000.
+    let (since, until) = (iso(0), iso(10_000 * 60));
+    let size = f.size();
+    let e = f
+        .l()
+        .report(&q("tool", Some(&since), Some(&until)), &Scope::default())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ReportTooLarge, "{e}");
+    assert!(e.to_string().contains("11 groups"), "{e}");
+    let r = report(
+        f.l(),
+        &q("agent", Some(&since), Some(&until)),
+        &Scope::default(),
+    );
+    assert_eq!(r["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(r["groups"][0]["windows"].as_array().unwrap().len(), 10_000);
+    // A range derived from the records is refused while it is fed, before it is built.
+    at(&f, 60 + 9_999 * 60);
+    open(&f, "late", "t", pay("tool-0", 1), 1);
+    let e = f
+        .l()
+        .report(&q("tool", None, None), &Scope::default())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ReportTooLarge, "{e}");
+    assert_eq!(f.size(), size + 1, "a report writes nothing");
+}
+
 /// `init` and the tokens of the route's test: an agent of each tenant, an auditor scoped to
 /// tenant acme, and one token per role.
 fn served() -> (
