@@ -1,7 +1,14 @@
 //! Staged writes over a read: what one batch has put and deleted so far, read before the
 //! underlying state, with savepoints so one operation of a batch can be undone alone.
+//!
+//! The staging is a vector of values and, per keyspace, a hash map from the key (the caller's
+//! own vector, moved in) to its slot: a read of a staged or unstaged key allocates nothing to
+//! look it up, a put of a key already staged replaces its value in place, and the undo log
+//! holds slot numbers, not copies of keys. (The ordered map it replaces copied the key on
+//! every lookup and every undo step.) Order is given only when the batch is taken as
+//! [`Changes`], which keep their keys in order.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::format::merkle::{Hash, NodeSource};
@@ -9,15 +16,30 @@ use crate::storage::{Changes, Keyspace, Read};
 
 use super::keys::node_key;
 
-type Staged = BTreeMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>;
+/// A staged value: `Some` a put, `None` a delete.
+type Staged = Option<Vec<u8>>;
 
-/// One undo step: the key and what it held in the staging map before.
-type Undo = ((Keyspace, Vec<u8>), Option<Option<Vec<u8>>>);
+/// One undo step.
+enum Undo {
+    /// The slot held this before.
+    Was(usize, Staged),
+    /// The slot was created (its key was not staged).
+    Created(usize),
+}
+
+/// The slot of `ks` in the per-keyspace maps (keyspaces are numbered in declaration order,
+/// which is the order of [`Keyspace::ALL`]: a unit test holds the two equal).
+fn ks_index(ks: Keyspace) -> usize {
+    ks as usize
+}
 
 /// Staged writes over `base`.
 pub struct View<'a> {
     base: &'a dyn Read,
-    staged: Staged,
+    /// Per keyspace: a staged key to its slot.
+    keys: [HashMap<Vec<u8>, usize>; Keyspace::ALL.len()],
+    /// The staged value of each slot.
+    slots: Vec<Staged>,
     undo: Vec<Undo>,
 }
 
@@ -26,7 +48,8 @@ impl<'a> View<'a> {
     pub fn new(base: &'a dyn Read) -> View<'a> {
         View {
             base,
-            staged: BTreeMap::new(),
+            keys: std::array::from_fn(|_| HashMap::new()),
+            slots: Vec::new(),
             undo: Vec::new(),
         }
     }
@@ -36,16 +59,23 @@ impl<'a> View<'a> {
     /// # Errors
     /// A storage error.
     pub fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(v) = self.staged.get(&(ks, key.to_vec())) {
-            return Ok(v.clone());
+        if let Some(&i) = self.keys[ks_index(ks)].get(key) {
+            return Ok(self.slots[i].clone());
         }
         Ok(self.base.get(ks, key)?)
     }
 
-    fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Option<Vec<u8>>) {
-        let k = (ks, key);
-        let old = self.staged.insert(k.clone(), value);
-        self.undo.push((k, old));
+    fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {
+        let map = &mut self.keys[ks_index(ks)];
+        if let Some(&i) = map.get(key.as_slice()) {
+            let old = std::mem::replace(&mut self.slots[i], value);
+            self.undo.push(Undo::Was(i, old));
+        } else {
+            let i = self.slots.len();
+            self.slots.push(value);
+            map.insert(key, i);
+            self.undo.push(Undo::Created(i));
+        }
     }
 
     /// Stages a put.
@@ -63,44 +93,48 @@ impl<'a> View<'a> {
         self.undo.len()
     }
 
-    /// Undoes everything staged since `sp`.
+    /// Undoes everything staged since `sp`. Slots are created in order, so the ones created
+    /// since `sp` are the last ones: they are dropped, and their keys with them (a scan of
+    /// the maps, paid only by an operation that is undone).
     pub fn rollback(&mut self, sp: usize) {
+        let mut keep = self.slots.len();
         while self.undo.len() > sp {
-            let Some((k, old)) = self.undo.pop() else {
-                break;
-            };
-            match old {
-                Some(v) => {
-                    self.staged.insert(k, v);
-                }
-                None => {
-                    self.staged.remove(&k);
-                }
+            match self.undo.pop() {
+                Some(Undo::Was(i, old)) => self.slots[i] = old,
+                Some(Undo::Created(i)) => keep = keep.min(i),
+                None => break,
+            }
+        }
+        if keep < self.slots.len() {
+            self.slots.truncate(keep);
+            for map in &mut self.keys {
+                map.retain(|_, i| *i < keep);
             }
         }
     }
 
     /// True when nothing is staged.
     pub fn is_empty(&self) -> bool {
-        self.staged.is_empty()
+        self.slots.is_empty()
     }
 
     /// Number of staged puts and deletes.
     pub fn len(&self) -> usize {
-        self.staged.len()
+        self.slots.len()
     }
 
     /// Takes the staged writes as the changes of one commit, leaving the view empty.
     pub fn take(&mut self) -> Changes {
         self.undo.clear();
-        let mut c = Changes::new();
-        for ((ks, k), v) in std::mem::take(&mut self.staged) {
-            match v {
-                Some(v) => c.put(ks, k, v),
-                None => c.delete(ks, k),
+        let mut slots = std::mem::take(&mut self.slots);
+        let mut ops = Vec::with_capacity(slots.len());
+        for (n, map) in self.keys.iter_mut().enumerate() {
+            let ks = Keyspace::ALL[n];
+            for (k, i) in map.drain() {
+                ops.push((ks, k, slots[i].take()));
             }
         }
-        c
+        Changes::from_staged(ops)
     }
 
     /// The state the view reads through.
@@ -142,5 +176,159 @@ impl NodeSource for Nodes<'_> {
             level,
             index,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::storage::memory::MemoryEngine;
+    use crate::storage::{Durability, Engine};
+
+    /// The staging this view replaced, kept as the oracle: an ordered map of (keyspace, key)
+    /// to the staged value, and an undo log of copied keys.
+    /// A staged key of the oracle.
+    type Key = (Keyspace, Vec<u8>);
+
+    #[derive(Default)]
+    struct Oracle {
+        staged: BTreeMap<Key, Staged>,
+        undo: Vec<(Key, Option<Staged>)>,
+    }
+
+    impl Oracle {
+        fn get(&self, base: &dyn Read, ks: Keyspace, key: &[u8]) -> Option<Vec<u8>> {
+            match self.staged.get(&(ks, key.to_vec())) {
+                Some(v) => v.clone(),
+                None => base.get(ks, key).unwrap(),
+            }
+        }
+        fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {
+            let k = (ks, key);
+            let old = self.staged.insert(k.clone(), value);
+            self.undo.push((k, old));
+        }
+        fn rollback(&mut self, sp: usize) {
+            while self.undo.len() > sp {
+                let (k, old) = self.undo.pop().unwrap();
+                match old {
+                    Some(v) => {
+                        self.staged.insert(k, v);
+                    }
+                    None => {
+                        self.staged.remove(&k);
+                    }
+                }
+            }
+        }
+        fn take(&mut self) -> Changes {
+            self.undo.clear();
+            let mut c = Changes::new();
+            for ((ks, k), v) in std::mem::take(&mut self.staged) {
+                match v {
+                    Some(v) => c.put(ks, k, v),
+                    None => c.delete(ks, k),
+                }
+            }
+            c
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Put(usize, u8, u8),
+        Delete(usize, u8),
+        Get(usize, u8),
+        Savepoint,
+        /// Roll back to the n-th savepoint from the top (modulo those open).
+        Rollback(usize),
+        Take,
+    }
+
+    /// Three keyspaces, eight keys: enough for every collision of key, keyspace and slot.
+    const SPACES: [Keyspace; 3] = [Keyspace::Meta, Keyspace::Requests, Keyspace::Facts];
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0..3usize, 0..8u8, any::<u8>()).prop_map(|(s, k, v)| Step::Put(s, k, v)),
+            2 => (0..3usize, 0..8u8).prop_map(|(s, k)| Step::Delete(s, k)),
+            4 => (0..3usize, 0..8u8).prop_map(|(s, k)| Step::Get(s, k)),
+            1 => Just(Step::Savepoint),
+            1 => (0..4usize).prop_map(Step::Rollback),
+            1 => Just(Step::Take),
+        ]
+    }
+
+    #[test]
+    fn keyspaces_are_numbered_in_the_order_of_all() {
+        for (n, ks) in Keyspace::ALL.iter().enumerate() {
+            assert_eq!(ks_index(*ks), n, "{ks:?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Every read, every length and every batch taken equal the ordered map's, over
+        /// a base with keys of its own, through savepoints and rollbacks.
+        #[test]
+        fn the_view_stages_exactly_as_the_ordered_map_did(
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            let engine = MemoryEngine::new();
+            {
+                let txn = engine.begin_write().unwrap();
+                let mut c = Changes::new();
+                for (s, ks) in SPACES.iter().enumerate() {
+                    for k in (0..8u8).step_by(2 + s) {
+                        c.put(*ks, vec![k], vec![100 + k]);
+                    }
+                }
+                txn.commit(c, Durability::Buffered).unwrap();
+            }
+            let snap = engine.snapshot().unwrap();
+            let mut view = View::new(&*snap);
+            let mut oracle = Oracle::default();
+            let mut savepoints: Vec<(usize, usize)> = Vec::new();
+            for st in steps {
+                match st {
+                    Step::Put(s, k, v) => {
+                        view.put(SPACES[s], vec![k], vec![v]);
+                        oracle.set(SPACES[s], vec![k], Some(vec![v]));
+                    }
+                    Step::Delete(s, k) => {
+                        view.delete(SPACES[s], vec![k]);
+                        oracle.set(SPACES[s], vec![k], None);
+                    }
+                    Step::Get(s, k) => {
+                        prop_assert_eq!(
+                            view.get(SPACES[s], &[k]).unwrap(),
+                            oracle.get(&*snap, SPACES[s], &[k])
+                        );
+                    }
+                    Step::Savepoint => savepoints.push((view.savepoint(), oracle.undo.len())),
+                    Step::Rollback(n) => {
+                        if !savepoints.is_empty() {
+                            let keep = savepoints.len() - 1 - n % savepoints.len();
+                            let (sv, so) = savepoints[keep];
+                            savepoints.truncate(keep);
+                            view.rollback(sv);
+                            oracle.rollback(so);
+                        }
+                    }
+                    Step::Take => {
+                        savepoints.clear();
+                        prop_assert_eq!(view.take(), oracle.take());
+                    }
+                }
+                prop_assert_eq!(view.len(), oracle.staged.len());
+                prop_assert_eq!(view.is_empty(), oracle.staged.is_empty());
+            }
+            prop_assert_eq!(view.take(), oracle.take());
+        }
     }
 }

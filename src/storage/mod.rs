@@ -27,7 +27,6 @@ pub mod memory;
 pub mod postgres;
 pub mod rocks;
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::clock::Timestamp;
@@ -238,11 +237,14 @@ impl From<StorageError> for crate::error::Error {
 }
 
 /// The changes of one write transaction: puts and deletes per key, and keyspaces cleared
-/// before them. Keys are kept in order, so engines apply them deterministically.
+/// before them. Keys are kept in order, so engines apply them deterministically: one sorted
+/// vector (a batch's staging is taken as one with [`Changes::from_staged`], sorted once),
+/// not a node per key.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Changes {
     cleared: Vec<Keyspace>,
-    ops: BTreeMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>,
+    /// Sorted by keyspace and key, one entry per key.
+    ops: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Changes {
@@ -251,14 +253,45 @@ impl Changes {
         Changes::default()
     }
 
+    /// The changes of staged puts (`Some`) and deletes (`None`) given in any order: sorted
+    /// once. Of two changes of one key, the later in `ops` is kept (as [`Changes::put`]
+    /// after [`Changes::put`] would).
+    pub fn from_staged(mut ops: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)>) -> Changes {
+        // Stable, so the later of two equal keys stays last in its run.
+        ops.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut kept: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(ops.len());
+        for op in ops {
+            match kept.last_mut() {
+                Some(last) if last.0 == op.0 && last.1 == op.1 => *last = op,
+                _ => kept.push(op),
+            }
+        }
+        Changes {
+            cleared: Vec::new(),
+            ops: kept,
+        }
+    }
+
+    fn position(&self, ks: Keyspace, key: &[u8]) -> std::result::Result<usize, usize> {
+        self.ops
+            .binary_search_by(|(k, kk, _)| (*k, kk.as_slice()).cmp(&(ks, key)))
+    }
+
+    fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Option<Vec<u8>>) {
+        match self.position(ks, &key) {
+            Ok(i) => self.ops[i].2 = value,
+            Err(i) => self.ops.insert(i, (ks, key, value)),
+        }
+    }
+
     /// Stages a put (replacing an earlier change of the same key).
     pub fn put(&mut self, ks: Keyspace, key: Vec<u8>, value: Vec<u8>) {
-        self.ops.insert((ks, key), Some(value));
+        self.set(ks, key, Some(value));
     }
 
     /// Stages a delete.
     pub fn delete(&mut self, ks: Keyspace, key: Vec<u8>) {
-        self.ops.insert((ks, key), None);
+        self.set(ks, key, None);
     }
 
     /// Removes every key of `ks` before this commit's own changes of it apply.
@@ -266,16 +299,16 @@ impl Changes {
         if !self.cleared.contains(&ks) {
             self.cleared.push(ks);
         }
-        self.ops.retain(|(k, _), _| *k != ks);
+        self.ops.retain(|(k, _, _)| *k != ks);
     }
 
     /// The staged value of a key: `Some(Some(v))` put, `Some(None)` deleted (or cleared),
     /// `None` untouched.
     pub fn staged(&self, ks: Keyspace, key: &[u8]) -> Option<Option<&[u8]>> {
-        match self.ops.get(&(ks, key.to_vec())) {
-            Some(v) => Some(v.as_deref()),
-            None if self.cleared.contains(&ks) => Some(None),
-            None => None,
+        match self.position(ks, key) {
+            Ok(i) => Some(self.ops[i].2.as_deref()),
+            Err(_) if self.cleared.contains(&ks) => Some(None),
+            Err(_) => None,
         }
     }
 
@@ -288,7 +321,7 @@ impl Changes {
     pub fn iter(&self) -> impl Iterator<Item = (Keyspace, &[u8], Option<&[u8]>)> {
         self.ops
             .iter()
-            .map(|((ks, k), v)| (*ks, k.as_slice(), v.as_deref()))
+            .map(|(ks, k, v)| (*ks, k.as_slice(), v.as_deref()))
     }
 
     /// Number of puts and deletes.
@@ -428,5 +461,75 @@ mod tests {
         let e: Error = StorageError::Incompatible("another origin".into()).into();
         assert_eq!(e.storage_kind(), Some(StorageKind::Incompatible));
         assert!(e.corruption().is_none());
+    }
+
+    /// The ordered map the sorted vector replaced, as the oracle: every put, delete and
+    /// clear, in any order, through `put`/`delete` and through `from_staged`, gives the same
+    /// entries in the same order and the same `staged` answers.
+    mod changes {
+        use std::collections::BTreeMap;
+
+        use proptest::prelude::*;
+
+        use super::super::{Changes, Keyspace};
+
+        type Op = (usize, u8, Option<u8>);
+        const SPACES: [Keyspace; 3] = [Keyspace::Meta, Keyspace::Nodes, Keyspace::Facts];
+
+        fn oracle(ops: &[Op], clear: Option<usize>) -> Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)> {
+            let mut m = BTreeMap::new();
+            for (s, k, v) in ops {
+                m.insert((SPACES[*s], vec![*k]), v.map(|v| vec![v]));
+            }
+            if let Some(c) = clear {
+                m.retain(|(ks, _), _| *ks != SPACES[c]);
+            }
+            m.into_iter().map(|((ks, k), v)| (ks, k, v)).collect()
+        }
+
+        fn entries(c: &Changes) -> Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)> {
+            c.iter()
+                .map(|(ks, k, v)| (ks, k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect()
+        }
+
+        proptest! {
+            #[test]
+            fn the_sorted_vector_is_the_ordered_map(
+                ops in proptest::collection::vec((0..3usize, 0..6u8, proptest::option::of(any::<u8>())), 0..40),
+                clear in proptest::option::of(0..3usize),
+            ) {
+                let want = oracle(&ops, clear);
+                let mut put = Changes::new();
+                for (s, k, v) in &ops {
+                    match v {
+                        Some(v) => put.put(SPACES[*s], vec![*k], vec![*v]),
+                        None => put.delete(SPACES[*s], vec![*k]),
+                    }
+                }
+                let mut staged = Changes::from_staged(
+                    ops.iter()
+                        .map(|(s, k, v)| (SPACES[*s], vec![*k], v.map(|v| vec![v])))
+                        .collect(),
+                );
+                if let Some(c) = clear {
+                    put.clear(SPACES[c]);
+                    staged.clear(SPACES[c]);
+                }
+                prop_assert_eq!(&entries(&put), &want);
+                prop_assert_eq!(&put, &staged);
+                prop_assert_eq!(put.len(), want.len());
+                for (s, ks) in SPACES.iter().enumerate() {
+                    for k in 0..6u8 {
+                        let expect = match want.iter().find(|(w, wk, _)| w == ks && wk[..] == [k]) {
+                            Some((_, _, v)) => Some(v.as_deref()),
+                            None if clear == Some(s) => Some(None),
+                            None => None,
+                        };
+                        prop_assert_eq!(put.staged(*ks, &[k]), expect);
+                    }
+                }
+            }
+        }
     }
 }
