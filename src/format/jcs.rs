@@ -219,13 +219,42 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
 /// RFC 8785 escaping, and every number (integers included) is converted to a double and printed
 /// with [`format_number`].
 pub fn write(value: &Value, out: &mut Vec<u8>) {
+    write_tree(Some(value), None, out);
+}
+
+/// Appends canonical bytes of the object `map` to `out`: [`write`] of `Value::Object(map)`,
+/// without making that value (a record's writer uses it for the body it holds as a map).
+pub fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+    write_tree(None, Some(map), out);
+}
+
+/// The writer of [`write`] and [`write_object`]: `value`, or the object `map`.
+fn write_tree(value: Option<&Value>, map: Option<&Map<String, Value>>, out: &mut Vec<u8>) {
     enum Frame<'a> {
         Array(std::slice::Iter<'a, Value>, bool),
         Object(Members<'a>, bool),
     }
 
+    fn members(map: &Map<String, Value>) -> Members<'_> {
+        let keys = || map.keys().map(String::as_str);
+        if keys()
+            .zip(keys().skip(1))
+            .all(|(a, b)| key_order(a, b).is_lt())
+        {
+            Members::InOrder(map.iter())
+        } else {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|a, b| key_order(a.0, b.0));
+            Members::Sorted(members.into_iter())
+        }
+    }
+
     let mut stack: Vec<Frame<'_>> = Vec::new();
-    let mut next: Option<&Value> = Some(value);
+    if let Some(m) = map {
+        out.push(b'{');
+        stack.push(Frame::Object(members(m), true));
+    }
+    let mut next: Option<&Value> = value;
     loop {
         if let Some(v) = next.take() {
             match v {
@@ -240,18 +269,7 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
                 }
                 Value::Object(map) => {
                     out.push(b'{');
-                    let keys = || map.keys().map(String::as_str);
-                    let members = if keys()
-                        .zip(keys().skip(1))
-                        .all(|(a, b)| key_order(a, b).is_lt())
-                    {
-                        Members::InOrder(map.iter())
-                    } else {
-                        let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                        members.sort_by(|a, b| key_order(a.0, b.0));
-                        Members::Sorted(members.into_iter())
-                    };
-                    stack.push(Frame::Object(members, true));
+                    stack.push(Frame::Object(members(map), true));
                 }
             }
         }
@@ -357,7 +375,19 @@ fn write_number(n: &Number, out: &mut Vec<u8>) {
     }
 }
 
-fn write_string(s: &str, out: &mut Vec<u8>) {
+/// Appends the canonical bytes of the integer `n`: [`write`] of `Value::from(n)` (the double
+/// nearest to it, as RFC 8785 prints every number; its plain digits up to 2^53 − 1).
+pub fn write_u64(n: u64, out: &mut Vec<u8>) {
+    if n <= MAX_SAFE_INTEGER {
+        use std::io::Write as _;
+        let _ = write!(out, "{n}");
+    } else {
+        write_number(&Number::from(n), out);
+    }
+}
+
+/// Appends the canonical bytes of the string `s` (RFC 8785's minimal escaping).
+pub fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;

@@ -338,12 +338,85 @@ impl Record {
         })
     }
 
-    /// The leaf: canonical bytes of the record.
+    /// Appends the record's canonical bytes to `out`, written from its fields: the envelope's
+    /// members in RFC 8785 order (all ASCII names, so byte order), strings and numbers through
+    /// the JCS primitives, the body through [`jcs::write_object`]; no value tree is made and
+    /// the body is not copied. Byte-equal to [`jcs::to_vec`] of [`Record::to_value`], which
+    /// stays the definition (property tests below and the golden leaves hold the two equal).
+    pub fn write_leaf(&self, out: &mut Vec<u8>) {
+        fn name(out: &mut Vec<u8>, first: bool, n: &str) {
+            if !first {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b"\":");
+        }
+        fn opt(out: &mut Vec<u8>, s: Option<&str>) {
+            match s {
+                Some(s) => jcs::write_string(s, out),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        fn hash(out: &mut Vec<u8>, h: &Hash) {
+            out.push(b'"');
+            let mut buf = [0u8; 64];
+            // Always succeeds: 32 bytes are 64 hex digits.
+            if hex::encode_to_slice(h, &mut buf).is_ok() {
+                out.extend_from_slice(&buf);
+            }
+            out.push(b'"');
+        }
+        out.push(b'{');
+        name(out, true, "actor");
+        out.push(b'{');
+        name(out, true, "principal");
+        jcs::write_string(&self.actor.principal, out);
+        name(out, false, "role");
+        jcs::write_string(&self.actor.role, out);
+        if let Some(t) = &self.actor.tenant {
+            name(out, false, "tenant");
+            jcs::write_string(t, out);
+        }
+        out.push(b'}');
+        name(out, false, "body");
+        jcs::write_object(&self.body, out);
+        name(out, false, "checkpoint_id");
+        opt(out, self.checkpoint_id.as_deref());
+        name(out, false, "checkpoint_ns");
+        jcs::write_string(&self.checkpoint_ns, out);
+        name(out, false, "kind");
+        jcs::write_string(self.kind.as_str(), out);
+        name(out, false, "origin");
+        jcs::write_string(&self.origin, out);
+        name(out, false, "prev");
+        hash(out, &self.prev);
+        name(out, false, "request_id");
+        opt(out, self.request_id.as_deref());
+        name(out, false, "run_id");
+        opt(out, self.run_id.as_deref());
+        name(out, false, "seq");
+        jcs::write_u64(self.seq, out);
+        name(out, false, "thread_id");
+        jcs::write_string(&self.thread_id, out);
+        name(out, false, "thread_prev");
+        hash(out, &self.thread_prev);
+        name(out, false, "thread_seq");
+        jcs::write_u64(self.thread_seq, out);
+        name(out, false, "ts");
+        jcs::write_string(&self.ts.to_string(), out);
+        name(out, false, "v");
+        jcs::write_u64(FORMAT_VERSION, out);
+        out.push(b'}');
+    }
+
+    /// The leaf: canonical bytes of the record ([`Record::write_leaf`]).
     ///
     /// # Errors
     /// `record_too_large` when the leaf would exceed 1 MiB.
     pub fn leaf(&self) -> Result<Vec<u8>> {
-        let leaf = jcs::to_vec(&self.to_value());
+        let mut leaf = Vec::with_capacity(512 + 2 * self.body.len() * 32);
+        self.write_leaf(&mut leaf);
         if leaf.len() > MAX_LEAF_BYTES {
             return Err(Error::new(
                 ErrorCode::RecordTooLarge,
@@ -761,6 +834,126 @@ fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Strings a writer can get wrong: escapes, controls, non-ASCII, astral characters.
+    fn text() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just('"'),
+                Just('\\'),
+                Just('\u{0}'),
+                Just('\u{1f}'),
+                Just('\n'),
+                Just('é'),
+                Just('\u{e000}'),
+                Just('😀'),
+                any::<char>(),
+                proptest::char::range('a', 'z'),
+            ],
+            0..12,
+        )
+        .prop_map(|c| c.into_iter().collect())
+    }
+
+    /// A JSON body: strings, numbers of every kind, nesting, keys in any order.
+    fn body() -> impl Strategy<Value = Map<String, Value>> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e22f64..1e22)
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            text().prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(text(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        proptest::collection::btree_map(text(), value, 0..6).prop_map(|m| m.into_iter().collect())
+    }
+
+    fn record() -> impl Strategy<Value = Record> {
+        (
+            (
+                text(),
+                any::<u64>(),
+                any::<[u8; 32]>(),
+                0i64..4_000_000_000_000_000,
+                0..Kind::ALL.len(),
+            ),
+            (
+                text(),
+                proptest::option::of(text()),
+                text(),
+                proptest::option::of(text()),
+            ),
+            (
+                proptest::option::of(text()),
+                any::<u64>(),
+                any::<[u8; 32]>(),
+            ),
+            (text(), text(), proptest::option::of(text()), body()),
+        )
+            .prop_map(
+                |(
+                    (origin, seq, prev, ts, kind),
+                    (thread_id, run_id, checkpoint_ns, checkpoint_id),
+                    (request_id, thread_seq, thread_prev),
+                    (principal, role, tenant, body),
+                )| Record {
+                    origin,
+                    seq,
+                    prev,
+                    ts: Timestamp::from_micros(ts),
+                    kind: Kind::ALL[kind],
+                    thread_id,
+                    run_id,
+                    checkpoint_ns,
+                    checkpoint_id,
+                    request_id,
+                    thread_seq,
+                    thread_prev,
+                    actor: Actor {
+                        tenant,
+                        ..Actor::with_role(principal, role, None)
+                    },
+                    body,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The writer from the fields is byte-equal to the value tree's canonical bytes (the
+        /// path it replaced, kept here as the oracle), for any field's content.
+        #[test]
+        fn the_field_writer_is_the_value_trees_bytes(r in record()) {
+            let mut typed = Vec::new();
+            r.write_leaf(&mut typed);
+            let tree = jcs::to_vec(&r.to_value());
+            prop_assert_eq!(String::from_utf8_lossy(&typed), String::from_utf8_lossy(&tree));
+            prop_assert_eq!(&typed, &tree);
+            prop_assert!(crate::format::jcs_check::is_canonical(&typed));
+        }
+    }
+
+    #[test]
+    fn the_field_writer_writes_integers_past_2_pow_53_as_doubles() {
+        let mut r = sample();
+        for seq in [0, 9_007_199_254_740_991, 9_007_199_254_740_993, u64::MAX] {
+            r.seq = seq;
+            r.thread_seq = seq;
+            let mut typed = Vec::new();
+            r.write_leaf(&mut typed);
+            assert_eq!(typed, jcs::to_vec(&r.to_value()), "{seq}");
+        }
+    }
 
     fn sample() -> Record {
         let mut body = Map::new();
