@@ -508,9 +508,7 @@ impl Record {
             return Err(env(format!("v is {v}, expected {FORMAT_VERSION}")));
         }
         let origin = get_str(obj, "origin")?;
-        if !crate::format::note::valid_origin(&origin) {
-            return Err(env("origin is not a valid origin".into()));
-        }
+        rule_origin(&origin)?;
         let seq = get_u64(obj, "seq")?;
         let prev = get_hash(obj, "prev")?;
         let ts_s = get_str(obj, "ts")?;
@@ -530,31 +528,10 @@ impl Record {
         let thread_id = get_id(obj, "thread_id")?;
         let run_id = get_opt_id(obj, "run_id")?;
         let checkpoint_ns = get_str(obj, "checkpoint_ns")?;
-        if checkpoint_ns.len() > MAX_ID_BYTES || checkpoint_ns.chars().any(char::is_control) {
-            return Err(env("checkpoint_ns is malformed".into()));
-        }
+        rule_checkpoint_ns(&checkpoint_ns)?;
         let checkpoint_id = get_opt_id(obj, "checkpoint_id")?;
         let request_id = get_opt_id(obj, "request_id")?;
-        match kind {
-            Kind::Refusal => {}
-            Kind::Policy if request_id.is_some() || thread_id != POLICY_THREAD => {
-                return Err(env(format!(
-                    "a policy record has request_id null and thread {q}",
-                    q = crate::codec::quoted(POLICY_THREAD)
-                )));
-            }
-            Kind::Policy => {}
-            _ if request_id.is_none() => {
-                return Err(env(format!("request_id is null on a {kind_s}")));
-            }
-            _ => {}
-        }
-        if kind != Kind::Policy && thread_id == POLICY_THREAD {
-            return Err(env(format!(
-                "the thread {q} holds only policy records",
-                q = crate::codec::quoted(POLICY_THREAD)
-            )));
-        }
+        rule_placement(kind, &thread_id, request_id.is_some())?;
         let thread_seq = get_u64(obj, "thread_seq")?;
         let thread_prev = get_hash(obj, "thread_prev")?;
         let actor_obj = obj
@@ -577,31 +554,7 @@ impl Record {
             reach: Reach::All,
             groups: Vec::new(),
         };
-        if ![
-            "agent",
-            "reviewer",
-            "auditor",
-            "admin",
-            "break_glass",
-            "system",
-        ]
-        .contains(&actor.role.as_str())
-        {
-            return Err(env(format!(
-                "actor role {} is unknown",
-                crate::codec::quoted(&actor.role)
-            )));
-        }
-        if let Some(t) = &actor.tenant
-            && (actor.role != "agent" || *t == actor.principal)
-        {
-            // Written only for an agent whose tenant is not its principal's name: any other
-            // spelling would be a second encoding of one actor.
-            return Err(env(
-                "actor tenant is recorded only for an agent whose tenant is not its principal"
-                    .into(),
-            ));
-        }
+        rule_actor(&actor)?;
         let body = obj
             .get("body")
             .and_then(Value::as_object)
@@ -654,6 +607,140 @@ fn get<'a>(obj: &'a Map<String, Value>, k: &str) -> Result<&'a Value, LeafError>
     })
 }
 
+/// The origin rule of the envelope.
+fn rule_origin(origin: &str) -> Result<(), LeafError> {
+    if !crate::format::note::valid_origin(origin) {
+        return Err(LeafError::Envelope("origin is not a valid origin".into()));
+    }
+    Ok(())
+}
+
+/// The `checkpoint_ns` rule: at most 256 bytes, no control character (empty allowed).
+fn rule_checkpoint_ns(ns: &str) -> Result<(), LeafError> {
+    if ns.len() > MAX_ID_BYTES || ns.chars().any(char::is_control) {
+        return Err(LeafError::Envelope("checkpoint_ns is malformed".into()));
+    }
+    Ok(())
+}
+
+/// Where a kind may stand: a policy record in the policy thread with no request, every other
+/// kind but a refusal naming a request, and nothing else in the policy thread.
+fn rule_placement(kind: Kind, thread_id: &str, has_request: bool) -> Result<(), LeafError> {
+    let env = LeafError::Envelope;
+    match kind {
+        Kind::Refusal => {}
+        Kind::Policy if has_request || thread_id != POLICY_THREAD => {
+            return Err(env(format!(
+                "a policy record has request_id null and thread {q}",
+                q = crate::codec::quoted(POLICY_THREAD)
+            )));
+        }
+        Kind::Policy => {}
+        _ if !has_request => {
+            return Err(env(format!("request_id is null on a {}", kind.as_str())));
+        }
+        _ => {}
+    }
+    if kind != Kind::Policy && thread_id == POLICY_THREAD {
+        return Err(env(format!(
+            "the thread {q} holds only policy records",
+            q = crate::codec::quoted(POLICY_THREAD)
+        )));
+    }
+    Ok(())
+}
+
+/// The actor's role is one of the recorded roles, and a tenant is recorded only for an agent
+/// whose tenant is not its principal's name.
+fn rule_actor(actor: &Actor) -> Result<(), LeafError> {
+    let env = LeafError::Envelope;
+    if ![
+        "agent",
+        "reviewer",
+        "auditor",
+        "admin",
+        "break_glass",
+        "system",
+    ]
+    .contains(&actor.role.as_str())
+    {
+        return Err(env(format!(
+            "actor role {} is unknown",
+            crate::codec::quoted(&actor.role)
+        )));
+    }
+    if let Some(t) = &actor.tenant
+        && (actor.role != "agent" || *t == actor.principal)
+    {
+        // Written only for an agent whose tenant is not its principal's name: any other
+        // spelling would be a second encoding of one actor.
+        return Err(env(
+            "actor tenant is recorded only for an agent whose tenant is not its principal".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An id field of a typed record: [`get_id`]'s rule.
+fn rule_id(k: &str, s: &str) -> Result<(), LeafError> {
+    if !is_valid_id(s) {
+        return Err(LeafError::Envelope(format!("{k} is not a valid id")));
+    }
+    Ok(())
+}
+
+/// An integer field of a typed record: the reader takes only integers within 2^53 − 1 (the
+/// canonical form of a larger one is a double's, which is not an integer).
+fn rule_integer(k: &str, n: u64) -> Result<(), LeafError> {
+    if n > jcs::MAX_SAFE_INTEGER {
+        return Err(LeafError::Envelope(format!(
+            "{k} is not a non-negative integer"
+        )));
+    }
+    Ok(())
+}
+
+impl Record {
+    /// The envelope and body rules of [`Record::from_value`], checked on the typed record
+    /// itself: together with [`jcs_check::is_canonical`](super::jcs_check::is_canonical) of
+    /// its [`Record::write_leaf`] bytes, `Ok` exactly when [`Record::read`] of those bytes is
+    /// (the writer's read-back guard, without a parse into a value tree; property tests
+    /// below hold the two equal). Each rule is the one function `from_value` calls.
+    ///
+    /// # Errors
+    /// [`LeafError::Envelope`] naming a broken rule.
+    pub fn check_fields(&self) -> Result<(), LeafError> {
+        rule_origin(&self.origin)?;
+        rule_integer("seq", self.seq)?;
+        let ts = self.ts.to_string();
+        if Timestamp::parse(&ts).ok() != Some(self.ts) {
+            return Err(LeafError::Envelope(format!(
+                "ts {q} is malformed",
+                q = crate::codec::quoted(&ts)
+            )));
+        }
+        rule_id("thread_id", &self.thread_id)?;
+        if let Some(r) = &self.run_id {
+            rule_id("run_id", r)?;
+        }
+        rule_checkpoint_ns(&self.checkpoint_ns)?;
+        if let Some(c) = &self.checkpoint_id {
+            rule_id("checkpoint_id", c)?;
+        }
+        if let Some(r) = &self.request_id {
+            rule_id("request_id", r)?;
+        }
+        rule_placement(self.kind, &self.thread_id, self.request_id.is_some())?;
+        rule_integer("thread_seq", self.thread_seq)?;
+        if let Some(t) = &self.actor.tenant {
+            rule_id("tenant", t)?;
+        }
+        rule_id("principal", &self.actor.principal)?;
+        rule_actor(&self.actor)?;
+        check_body(self.kind, &self.body)
+    }
+}
+
 fn get_u64(obj: &Map<String, Value>, k: &str) -> Result<u64, LeafError> {
     get(obj, k)?
         .as_u64()
@@ -669,9 +756,7 @@ fn get_str(obj: &Map<String, Value>, k: &str) -> Result<String, LeafError> {
 
 fn get_id(obj: &Map<String, Value>, k: &str) -> Result<String, LeafError> {
     let s = get_str(obj, k)?;
-    if !is_valid_id(&s) {
-        return Err(LeafError::Envelope(format!("{k} is not a valid id")));
-    }
+    rule_id(k, &s)?;
     Ok(s)
 }
 
@@ -940,6 +1025,161 @@ mod tests {
             prop_assert_eq!(String::from_utf8_lossy(&typed), String::from_utf8_lossy(&tree));
             prop_assert_eq!(&typed, &tree);
             prop_assert!(crate::format::jcs_check::is_canonical(&typed));
+        }
+    }
+
+    /// The golden records (one of most kinds, every one valid), the base the guard's
+    /// property test mutates.
+    fn golden() -> Vec<Record> {
+        include_str!("../../tests/golden/leaves.txt")
+            .lines()
+            .map(|l| {
+                let leaf = l.splitn(3, ' ').nth(2).expect("kind, hash, leaf");
+                Record::from_leaf(leaf.as_bytes()).expect("a golden leaf reads")
+            })
+            .collect()
+    }
+
+    /// One field of a valid record changed to something that may break a rule.
+    #[derive(Debug, Clone)]
+    enum Mutation {
+        None,
+        Origin(String),
+        Seq(u64),
+        Ts(i64),
+        Thread(String),
+        Run(Option<String>),
+        Ns(String),
+        Checkpoint(Option<String>),
+        Request(Option<String>),
+        Kind(usize),
+        ThreadSeq(u64),
+        Principal(String),
+        Role(String),
+        Tenant(Option<String>),
+        BodyRemove(usize),
+        BodySet(String, Value),
+    }
+
+    fn id_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            text(),
+            Just(String::new()),
+            Just(POLICY_THREAD.to_string()),
+            Just("x".repeat(257)),
+            Just("example.com/log".to_string()),
+            Just("agent-1".to_string()),
+        ]
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        let big = prop_oneof![
+            0..10u64,
+            Just(jcs::MAX_SAFE_INTEGER),
+            Just(jcs::MAX_SAFE_INTEGER + 1),
+            any::<u64>()
+        ];
+        prop_oneof![
+            3 => Just(Mutation::None),
+            1 => id_text().prop_map(Mutation::Origin),
+            1 => big.clone().prop_map(Mutation::Seq),
+            1 => prop_oneof![any::<i64>(), 0i64..4_000_000_000_000_000].prop_map(Mutation::Ts),
+            1 => id_text().prop_map(Mutation::Thread),
+            1 => proptest::option::of(id_text()).prop_map(Mutation::Run),
+            1 => prop_oneof![id_text(), Just(String::new())].prop_map(Mutation::Ns),
+            1 => proptest::option::of(id_text()).prop_map(Mutation::Checkpoint),
+            1 => proptest::option::of(id_text()).prop_map(Mutation::Request),
+            1 => (0..Kind::ALL.len()).prop_map(Mutation::Kind),
+            1 => big.prop_map(Mutation::ThreadSeq),
+            1 => id_text().prop_map(Mutation::Principal),
+            1 => prop_oneof![
+                Just("agent".to_string()),
+                Just("reviewer".to_string()),
+                Just("system".to_string()),
+                text()
+            ]
+            .prop_map(Mutation::Role),
+            1 => proptest::option::of(id_text()).prop_map(Mutation::Tenant),
+            1 => any::<usize>().prop_map(Mutation::BodyRemove),
+            1 => (
+                prop_oneof![Just("ticket_id".to_string()), Just("tool".to_string()), text()],
+                prop_oneof![
+                    Just(Value::Null),
+                    Just(json!("x")),
+                    Just(json!(" ")),
+                    Just(json!(3)),
+                    Just(json!({})),
+                    Just(json!(["a"]))
+                ]
+            )
+                .prop_map(|(k, v)| Mutation::BodySet(k, v)),
+        ]
+    }
+
+    fn mutate(r: &mut Record, m: Mutation) {
+        match m {
+            Mutation::None => {}
+            Mutation::Origin(s) => r.origin = s,
+            Mutation::Seq(n) => r.seq = n,
+            Mutation::Ts(t) => r.ts = Timestamp::from_micros(t),
+            Mutation::Thread(s) => r.thread_id = s,
+            Mutation::Run(s) => r.run_id = s,
+            Mutation::Ns(s) => r.checkpoint_ns = s,
+            Mutation::Checkpoint(s) => r.checkpoint_id = s,
+            Mutation::Request(s) => r.request_id = s,
+            Mutation::Kind(k) => r.kind = Kind::ALL[k],
+            Mutation::ThreadSeq(n) => r.thread_seq = n,
+            Mutation::Principal(s) => r.actor.principal = s,
+            Mutation::Role(s) => r.actor.role = s,
+            Mutation::Tenant(t) => r.actor.tenant = t,
+            Mutation::BodyRemove(i) => {
+                if let Some(k) = r.body.keys().nth(i % r.body.len().max(1)).cloned() {
+                    r.body.remove(&k);
+                }
+            }
+            Mutation::BodySet(k, v) => {
+                r.body.insert(k, v);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// The writer's guard (canonical bytes and the typed rules) accepts exactly the
+        /// records whose leaf [`Record::read`] reads (the guard it replaced, kept here as the
+        /// oracle), and a record it accepts reads back as itself.
+        #[test]
+        fn the_typed_guard_is_the_read_back(
+            which in any::<prop::sample::Index>(),
+            m1 in mutation(),
+            m2 in mutation(),
+        ) {
+            let records = golden();
+            let mut r = records[which.index(records.len())].clone();
+            mutate(&mut r, m1);
+            mutate(&mut r, m2);
+            let mut leaf = Vec::new();
+            r.write_leaf(&mut leaf);
+            let old = Record::read(&leaf);
+            let new = if crate::format::jcs_check::is_canonical(&leaf) {
+                r.check_fields()
+            } else {
+                Err(LeafError::NotCanonical)
+            };
+            prop_assert_eq!(old.is_ok(), new.is_ok(), "{:?} / {:?}", old, new);
+            if let Ok(back) = old {
+                prop_assert_eq!(back.leaf().unwrap(), leaf);
+            }
+        }
+    }
+
+    #[test]
+    fn every_golden_record_passes_the_typed_guard() {
+        let records = golden();
+        assert!(records.len() >= 8);
+        for r in records {
+            assert_eq!(r.check_fields(), Ok(()), "{:?}", r.kind);
         }
     }
 

@@ -121,8 +121,18 @@ impl Batch<'_, '_, '_> {
         };
         let leaf = record.leaf()?;
         // The ledger never writes a leaf that it could not read back itself: whatever a body
-        // held, the stored bytes must parse, be canonical and carry a complete envelope.
-        if let Err(e) = Record::read(&leaf) {
+        // held, the stored bytes must be canonical (the allocation-free scanner) and the
+        // record they were written from must keep every envelope and body rule the reader
+        // checks (the typed rules): together exactly `Record::read`'s verdict on the bytes,
+        // without parsing them back into a value tree (property-tested in `format::record`).
+        let readable = if crate::format::jcs_check::is_canonical(&leaf) {
+            record.check_fields()
+        } else {
+            Err(Record::from_leaf(&leaf)
+                .err()
+                .unwrap_or(crate::format::record::LeafError::NotCanonical))
+        };
+        if let Err(e) = readable {
             return Err(Error::new(
                 ErrorCode::Internal,
                 format!(
