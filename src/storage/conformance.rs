@@ -241,7 +241,25 @@ pub fn append_only(engine: &dyn Engine) -> Result<(), String> {
         cl.clear(ks);
         expect(refused(cl)?, "clear not refused")?;
         commit(engine, put(ks, &[(b"k2", b"v2")]))?;
+        // Below, at and above the greatest stored key (the check reads it once per commit).
+        expect(
+            refused(put(ks, &[(b"k1", b"v3"), (b"k3", b"v3")]))?,
+            "an overwrite below the greatest key not refused",
+        )?;
+        expect(
+            refused(put(ks, &[(b"k2", b"v3")]))?,
+            "an overwrite of the greatest key not refused",
+        )?;
+        commit(engine, put(ks, &[(b"k0", b"v0")]))?;
         let s = engine.snapshot().map_err(se)?;
+        expect(
+            s.get(ks, b"k0").map_err(se)? == Some(b"v0".to_vec()),
+            "a new key below the greatest was not appended",
+        )?;
+        expect(
+            s.get(ks, b"k3").map_err(se)?.is_none(),
+            "a refused commit applied a put",
+        )?;
         expect(
             s.get(ks, b"k1").map_err(se)? == Some(b"v1".to_vec()),
             "an append-only value changed",

@@ -344,8 +344,26 @@ impl Changes {
                 key: Vec::new(),
             });
         }
+        // The greatest stored key of each append-only keyspace, read once: a put of a key
+        // above it cannot exist (the usual case, a log's next entries), so only a key at or
+        // below it is looked up.
+        let mut greatest: Vec<(Keyspace, Option<Vec<u8>>)> = Vec::new();
         for (ks, key, value) in self.iter().filter(|(ks, _, _)| ks.append_only()) {
-            if value.is_none() || current.get(ks, key)?.is_some() {
+            let exists = match value {
+                None => true,
+                Some(_) => {
+                    let last = match greatest.iter().find(|(k, _)| *k == ks) {
+                        Some((_, last)) => last.as_deref(),
+                        None => {
+                            let last = current.last(ks)?.map(|(k, _)| k);
+                            greatest.push((ks, last));
+                            greatest.last().and_then(|(_, l)| l.as_deref())
+                        }
+                    };
+                    last.is_some_and(|l| key <= l) && current.get(ks, key)?.is_some()
+                }
+            };
+            if exists {
                 return Err(StorageError::AppendOnly {
                     keyspace: ks,
                     key: key.to_vec(),
