@@ -462,7 +462,16 @@ impl Record {
             return Record::from_leaf(leaf);
         }
         match jcs::parse(leaf, jcs::ParseOptions::default()) {
-            Ok(value) => Record::from_value(&value),
+            Ok(mut value) => {
+                // The body moves out of the parsed tree instead of being copied (an empty
+                // object stays in its place, so every rule before the body's sees the same
+                // members).
+                let body = match value.get_mut("body") {
+                    Some(Value::Object(m)) => Some(std::mem::take(m)),
+                    _ => None,
+                };
+                Record::from_value_and_body(&value, body)
+            }
             // Unreachable while the scanner and the parser agree (their property tests): the
             // reference answer, so a disagreement can only cost time, never change a verdict.
             Err(_) => Record::from_leaf(leaf),
@@ -474,6 +483,16 @@ impl Record {
     /// # Errors
     /// [`LeafError::Envelope`] naming the first bad field.
     pub fn from_value(value: &Value) -> Result<Record, LeafError> {
+        Record::from_value_and_body(value, None)
+    }
+
+    /// [`Record::from_value`], with the body already taken out of `value` when it was an
+    /// object (`value` then holds an empty object in its place); `None`: read it from
+    /// `value`.
+    fn from_value_and_body(
+        value: &Value,
+        taken_body: Option<Map<String, Value>>,
+    ) -> Result<Record, LeafError> {
         let env = |m: String| LeafError::Envelope(m);
         let obj = value
             .as_object()
@@ -555,11 +574,14 @@ impl Record {
             groups: Vec::new(),
         };
         rule_actor(&actor)?;
-        let body = obj
-            .get("body")
-            .and_then(Value::as_object)
-            .ok_or_else(|| env("body is not an object".into()))?
-            .clone();
+        let body = match taken_body {
+            Some(b) => b,
+            None => obj
+                .get("body")
+                .and_then(Value::as_object)
+                .ok_or_else(|| env("body is not an object".into()))?
+                .clone(),
+        };
         check_body(kind, &body)?;
         Ok(Record {
             origin,
