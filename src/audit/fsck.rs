@@ -205,7 +205,7 @@ pub fn check_trusted(ledger: &Ledger, trusted: &[u8]) -> Result<Option<Problem>>
     let snap = ledger.engine().snapshot()?;
     let proof = match peek {
         Some(t) if t.size <= current.size => {
-            match merkle::consistency_proof(&Nodes(&*snap), t.size, current.size) {
+            match merkle::consistency_proof(&Nodes::new(&*snap), t.size, current.size) {
                 Ok(p) => Some(p),
                 Err(ProofError::Source(e)) if e.code() != ErrorCode::Corrupt => return Err(e),
                 Err(_) => None,

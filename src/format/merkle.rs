@@ -650,6 +650,24 @@ impl Frontier {
         self.size
     }
 
+    /// The roots of the perfect subtrees, left to right (one per binary digit of
+    /// [`Frontier::size`], largest first).
+    #[must_use]
+    pub fn subtrees(&self) -> &[Hash] {
+        &self.stack
+    }
+
+    /// The frontier of a tree of `size` leaves whose perfect subtrees are `subtrees` (left to
+    /// right), as [`Frontier::subtrees`] gives them; `None` unless there is exactly one per
+    /// binary digit of `size`.
+    #[must_use]
+    pub fn from_parts(size: u64, subtrees: Vec<Hash>) -> Option<Frontier> {
+        (subtrees.len() == size.count_ones() as usize).then_some(Frontier {
+            size,
+            stack: subtrees,
+        })
+    }
+
     /// Root hash of the leaves pushed so far (RFC 6962 §2.1 MTH); [`empty_root`] when empty.
     #[must_use]
     pub fn root(&self) -> Hash {

@@ -13,3 +13,4 @@ pub mod jcs_check;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod tile;

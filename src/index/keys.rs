@@ -5,8 +5,9 @@ use crate::codec::{be, join, read_be};
 /// The key of the head in [`crate::storage::Keyspace::Meta`].
 pub const HEAD_KEY: &[u8] = b"head";
 
-/// Key of a tree node: level (1 byte) ‖ index (u64 BE).
-pub fn node_key(level: u32, index: u64) -> [u8; 9] {
+/// Key of a tree tile (C2SP `tlog-tiles` layout, [`crate::format::tile`]): tile level
+/// (1 byte) ‖ tile index (u64 BE).
+pub fn tile_key(level: u32, index: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = level as u8;
     k[1..].copy_from_slice(&index.to_be_bytes());
@@ -128,9 +129,14 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 /// The format of the derived state this build writes: 2 added request tenants, the tenant
 /// record keys and thread tenants; 3 the policy in force, counted approvals, the
 /// break-glass review queue; 4 the oversight report's facts, the count of open requests and the
-/// per-minute denial counters of the `/metrics` gauges. A store whose derived state has another version refuses writes
+/// per-minute denial counters of the `/metrics` gauges; 5 the tree as tiles of 256 hashes and
+/// the tree's frontier beside the head. A store whose derived state has another version refuses writes
 /// until `reindex` has rebuilt it from its records.
-pub const DERIVED_VERSION: u64 = 4;
+pub const DERIVED_VERSION: u64 = 5;
+
+/// Key of the tree's frontier (the roots of its perfect subtrees, one per binary digit of the
+/// size, largest first), in `meta`: size (u64 BE) ‖ the hashes; absent while the log is empty.
+pub const FRONTIER_KEY: &[u8] = b"frontier";
 
 /// Key of the number of open requests (the entries of the `pending` keyspace), in `meta`:
 /// `u64` BE, absent while no request was ever opened.

@@ -10,8 +10,9 @@ pub mod view;
 
 use crate::codec::{be, read_be};
 use crate::error::{Error, Result};
-use crate::format::merkle::{self, Hash};
+use crate::format::merkle::{self, Frontier, Hash};
 use crate::format::record::{Kind, Record};
+use crate::format::tile::{self, TILE_HEIGHT, TILE_WIDTH};
 use crate::oversight::{Fact, RequestCtx};
 use crate::storage::{Keyspace as Cf, Read};
 
@@ -27,8 +28,16 @@ pub fn seq_named(ks: Cf, k: &[u8], v: &[u8]) -> Option<u64> {
         Cf::Facts => read_be(k),
         Cf::RequestRecords => k.len().checked_sub(8).and_then(|i| read_be(&k[i..])),
         Cf::Nodes => {
+            // The last leaf the tile's last hash covers.
             let level = u32::from(*k.first()?);
-            read_be(k.get(1..)?).map(|i| i.checked_shl(level).unwrap_or(u64::MAX))
+            let index = read_be(k.get(1..)?)?;
+            let width = (v.len() / 32).clamp(1, TILE_WIDTH) as u64;
+            let leaves_per_hash = 1u64.checked_shl(TILE_HEIGHT * level)?;
+            let last = index
+                .checked_mul(TILE_WIDTH as u64)?
+                .checked_add(width)?
+                .checked_mul(leaves_per_hash)?;
+            last.checked_sub(1)
         }
         Cf::Requests => decode::<RequestState>(v, "request")
             .ok()
@@ -135,6 +144,59 @@ pub fn thread_tenant<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Optio
         .transpose()
 }
 
+/// The tree's frontier: the roots of its perfect subtrees, from which the root of the whole
+/// log is folded without reading a tile (the empty tree's when absent).
+///
+/// # Errors
+/// A storage error or a value that is not a frontier.
+pub fn frontier<L: Lookup + ?Sized>(view: &L) -> Result<Frontier> {
+    let Some(b) = view.lookup(Cf::Meta, FRONTIER_KEY)? else {
+        return Ok(Frontier::new());
+    };
+    let bad = || Error::corrupt("the tree's frontier does not decode");
+    let size = read_be(&b).ok_or_else(bad)?;
+    let hashes = b.get(8..).ok_or_else(bad)?;
+    if !hashes.len().is_multiple_of(32) {
+        return Err(bad());
+    }
+    let subtrees = hashes
+        .chunks_exact(32)
+        .map(|c| c.try_into().map_err(|_| bad()))
+        .collect::<Result<Vec<Hash>>>()?;
+    Frontier::from_parts(size, subtrees).ok_or_else(bad)
+}
+
+/// Pushes leaf `seq` onto the stored frontier (`size ‖ subtrees`, absent for the empty tree)
+/// in place, as [`Frontier::push`] does: the subtrees it completes are folded off the end and
+/// their parent put in their place.
+///
+/// # Errors
+/// `corrupt_store` when the value is not the frontier of a tree of `seq` leaves.
+fn push_frontier(value: &mut Option<Vec<u8>>, seq: u64, leaf_hash: &Hash) -> Result<()> {
+    let bytes = value.get_or_insert_with(|| be(0).to_vec());
+    let size = read_be(bytes).unwrap_or(u64::MAX);
+    if size != seq || bytes.len() != 8 + 32 * size.count_ones() as usize {
+        return Err(Error::corrupt_at(
+            seq,
+            format!(
+                "record {seq} follows a tree frontier of {} bytes that is not the tree of {seq} records",
+                bytes.len()
+            ),
+        ));
+    }
+    let mut cur = *leaf_hash;
+    for _ in 0..size.trailing_ones() {
+        let at = bytes.len() - 32;
+        let mut left = [0u8; 32];
+        left.copy_from_slice(&bytes[at..]);
+        cur = merkle::node_hash(&left, &cur);
+        bytes.truncate(at);
+    }
+    bytes.extend_from_slice(&cur);
+    bytes[..8].copy_from_slice(&be(seq + 1));
+    Ok(())
+}
+
 /// The version of the stored derived state ([`DERIVED_VERSION`] when current); `None` when the
 /// ledger holds no record yet, or its derived state predates versions (version 1).
 ///
@@ -196,10 +258,10 @@ fn put_request(view: &mut View, rid: &str, st: &RequestState) {
 /// A storage error, or `corrupt_store` when the record contradicts the indexes (it names a
 /// request that does not exist).
 pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<()> {
-    // Tree nodes.
-    for (level, index, h) in merkle::nodes_completed_by_append(&*view, seq, leaf_hash)? {
-        view.put(Cf::Nodes, node_key(level, index).to_vec(), h.to_vec());
-    }
+    // The tree: its frontier (for the next checkpoint's root) and the tiles the leaf changes,
+    // both changed in place.
+    view.update(Cf::Meta, FRONTIER_KEY, |v| push_frontier(v, seq, leaf_hash))??;
+    tile::append_leaf(view, seq, leaf_hash).map_err(view::tile_error)?;
     view.put(
         Cf::Meta,
         HEAD_KEY,
@@ -417,4 +479,61 @@ pub fn fact_at<L: Lookup + ?Sized>(view: &L, seq: u64) -> Result<Option<Fact>> {
     view.lookup(Cf::Facts, &fact_key(seq))?
         .map(|b| Fact::decode(&b))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The stored form of a frontier, written from [`Frontier`] (the oracle of the in-place push).
+    fn encoded(f: &Frontier) -> Vec<u8> {
+        let mut v = be(f.size()).to_vec();
+        for h in f.subtrees() {
+            v.extend_from_slice(h);
+        }
+        v
+    }
+
+    proptest! {
+        /// Pushed in place, the stored frontier is at every size the one [`Frontier`] has, and
+        /// it reads back as that frontier.
+        #[test]
+        fn the_frontier_pushed_in_place_is_the_frontiers(n in 1u64..600) {
+            let mut oracle = Frontier::new();
+            let mut stored = None;
+            for i in 0..n {
+                let h = merkle::leaf_hash(&i.to_be_bytes());
+                push_frontier(&mut stored, i, &h).unwrap();
+                oracle.push(&h);
+                prop_assert_eq!(stored.clone(), Some(encoded(&oracle)));
+            }
+            use crate::storage::{Durability, Engine, memory::MemoryEngine};
+            let engine = MemoryEngine::new();
+            prop_assert_eq!(frontier(&*engine.snapshot().unwrap()).unwrap(), Frontier::new());
+            let txn = engine.begin_write().unwrap();
+            let mut c = crate::storage::Changes::new();
+            c.put(Cf::Meta, FRONTIER_KEY.to_vec(), stored.unwrap());
+            txn.commit(c, Durability::Buffered).unwrap();
+            prop_assert_eq!(frontier(&*engine.snapshot().unwrap()).unwrap(), oracle);
+        }
+    }
+
+    #[test]
+    fn a_frontier_of_another_size_or_length_is_refused() {
+        let h = [7u8; 32];
+        let mut one = None;
+        push_frontier(&mut one, 0, &h).unwrap();
+        // Leaf 2 onto a tree of one leaf, and leaf 1 onto a value one byte short.
+        assert!(push_frontier(&mut one.clone(), 2, &h).is_err());
+        let mut short = one.clone().map(|mut v| {
+            v.pop();
+            v
+        });
+        assert!(push_frontier(&mut short, 1, &h).is_err());
+        // Nothing stored is the empty tree: only leaf 0 may follow it.
+        assert!(push_frontier(&mut None, 1, &h).is_err());
+        assert!(push_frontier(&mut one, 1, &h).is_ok());
+    }
 }

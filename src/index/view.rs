@@ -12,9 +12,10 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::format::merkle::{Hash, NodeSource};
+use crate::format::tile::{TileAppend, TileError, TileNodes, TileSource};
 use crate::storage::{Changes, Keyspace, Read};
 
-use super::keys::node_key;
+use super::keys::tile_key;
 
 /// A staged value: `Some` a put, `None` a delete.
 type Staged = Option<Vec<u8>>;
@@ -25,6 +26,8 @@ enum Undo {
     Was(usize, Staged),
     /// The slot was created (its key was not staged).
     Created(usize),
+    /// The slot's value was this long before bytes were appended to it.
+    Truncated(usize, usize),
 }
 
 /// The slot of `ks` in the per-keyspace maps (keyspaces are numbered in declaration order,
@@ -78,6 +81,57 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The slot of a key, staged first: a key not staged yet gets a slot holding its value in
+    /// the base (a read), which the caller then changes.
+    fn slot_of(&mut self, ks: Keyspace, key: &[u8]) -> Result<usize> {
+        if let Some(&i) = self.keys[ks_index(ks)].get(key) {
+            return Ok(i);
+        }
+        let value = self.base.get(ks, key)?;
+        let i = self.slots.len();
+        self.slots.push(value);
+        self.keys[ks_index(ks)].insert(key.to_vec(), i);
+        self.undo.push(Undo::Created(i));
+        Ok(i)
+    }
+
+    /// Stages `bytes` appended to the value of `key` (an absent value is empty) and returns
+    /// the value after. The staged value grows in place: no copy of what it held, and the undo
+    /// step is its length, so a tile that gets one hash per record costs one hash per record.
+    ///
+    /// # Errors
+    /// A storage error reading the base.
+    pub fn append(&mut self, ks: Keyspace, key: &[u8], bytes: &[u8]) -> Result<&[u8]> {
+        let i = self.slot_of(ks, key)?;
+        match &mut self.slots[i] {
+            Some(v) => {
+                self.undo.push(Undo::Truncated(i, v.len()));
+                v.extend_from_slice(bytes);
+            }
+            empty @ None => {
+                self.undo.push(Undo::Was(i, None));
+                *empty = Some(bytes.to_vec());
+            }
+        }
+        Ok(self.slots[i].as_deref().unwrap_or_default())
+    }
+
+    /// Stages the change `f` makes to the value of `key` (`None`: absent or deleted), in
+    /// place; the undo step keeps a copy of the value before, so this is for small values.
+    ///
+    /// # Errors
+    /// A storage error reading the base.
+    pub fn update<R>(
+        &mut self,
+        ks: Keyspace,
+        key: &[u8],
+        f: impl FnOnce(&mut Option<Vec<u8>>) -> R,
+    ) -> Result<R> {
+        let i = self.slot_of(ks, key)?;
+        self.undo.push(Undo::Was(i, self.slots[i].clone()));
+        Ok(f(&mut self.slots[i]))
+    }
+
     /// Stages a put.
     pub fn put(&mut self, ks: Keyspace, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
         self.set(ks, key.into(), Some(value.into()));
@@ -102,6 +156,11 @@ impl<'a> View<'a> {
             match self.undo.pop() {
                 Some(Undo::Was(i, old)) => self.slots[i] = old,
                 Some(Undo::Created(i)) => keep = keep.min(i),
+                Some(Undo::Truncated(i, len)) => {
+                    if let Some(v) = &mut self.slots[i] {
+                        v.truncate(len);
+                    }
+                }
                 None => break,
             }
         }
@@ -143,39 +202,65 @@ impl<'a> View<'a> {
     }
 }
 
-/// Tree nodes from the `nodes` keyspace of any read.
-pub struct Nodes<'a>(pub &'a dyn Read);
+/// Tree nodes from the tiles of the `nodes` keyspace of any read ([`crate::format::tile`]):
+/// each tile is read and its interior computed at most once while the reader lives, so one
+/// reader should serve every proof of one answer (an export's records share their top tiles).
+pub struct Nodes<'a>(TileNodes<Tiles<'a>>);
 
-fn node_from(v: Option<Vec<u8>>, level: u32, index: u64) -> Result<Hash> {
-    let v = v.ok_or_else(|| {
-        Error::corrupt(format!("tree node level {level} index {index} is missing"))
-    })?;
-    v.as_slice().try_into().map_err(|_| {
-        Error::corrupt(format!(
-            "tree node level {level} index {index} is not 32 bytes"
-        ))
-    })
+impl<'a> Nodes<'a> {
+    /// A reader of the tree stored in `read`.
+    pub fn new(read: &'a dyn Read) -> Nodes<'a> {
+        Nodes(TileNodes::new(Tiles(read)))
+    }
 }
 
+/// The tiles of the `nodes` keyspace of a read.
+pub struct Tiles<'a>(&'a dyn Read);
+
+impl TileSource for Tiles<'_> {
+    type Error = Error;
+    fn tile(&self, level: u32, index: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.get(Keyspace::Nodes, &tile_key(level, index))?)
+    }
+}
+
+impl TileAppend for View<'_> {
+    type Error = Error;
+    fn append(&mut self, level: u32, index: u64, hash: &Hash) -> Result<&[u8]> {
+        View::append(self, Keyspace::Nodes, &tile_key(level, index), hash)
+    }
+}
+
+impl TileSource for View<'_> {
+    type Error = Error;
+    fn tile(&self, level: u32, index: u64) -> Result<Option<Vec<u8>>> {
+        self.get(Keyspace::Nodes, &tile_key(level, index))
+    }
+}
+
+/// A tile that cannot be read or extended as an error: the source's own, or `corrupt_store`
+/// naming the tile.
+pub fn tile_error(e: TileError<Error>) -> Error {
+    match e {
+        TileError::Source(e) => e,
+        other => Error::corrupt(other.to_string()),
+    }
+}
+
+/// Nodes of the tree as a batch leaves it. Each call reads its tile afresh (no cache): for an
+/// occasional root or proof over staged state; the writer folds its checkpoint's root from the
+/// frontier ([`super::frontier`]) instead.
 impl NodeSource for View<'_> {
     type Error = Error;
     fn node(&self, level: u32, index: u64) -> Result<Hash> {
-        node_from(
-            self.get(Keyspace::Nodes, &node_key(level, index))?,
-            level,
-            index,
-        )
+        TileNodes::new(self).node(level, index).map_err(tile_error)
     }
 }
 
 impl NodeSource for Nodes<'_> {
     type Error = Error;
     fn node(&self, level: u32, index: u64) -> Result<Hash> {
-        node_from(
-            self.0.get(Keyspace::Nodes, &node_key(level, index))?,
-            level,
-            index,
-        )
+        self.0.node(level, index).map_err(tile_error)
     }
 }
 
@@ -243,6 +328,11 @@ mod tests {
         Put(usize, u8, u8),
         Delete(usize, u8),
         Get(usize, u8),
+        /// Append one byte.
+        Append(usize, u8, u8),
+        /// Update in place: a byte of 0 deletes; any other is pushed onto the value, or becomes
+        /// it when there is none.
+        Update(usize, u8, u8),
         Savepoint,
         /// Roll back to the n-th savepoint from the top (modulo those open).
         Rollback(usize),
@@ -256,6 +346,8 @@ mod tests {
         prop_oneof![
             4 => (0..3usize, 0..8u8, any::<u8>()).prop_map(|(s, k, v)| Step::Put(s, k, v)),
             2 => (0..3usize, 0..8u8).prop_map(|(s, k)| Step::Delete(s, k)),
+            3 => (0..3usize, 0..8u8, any::<u8>()).prop_map(|(s, k, v)| Step::Append(s, k, v)),
+            2 => (0..3usize, 0..8u8, 0..3u8).prop_map(|(s, k, v)| Step::Update(s, k, v)),
             4 => (0..3usize, 0..8u8).prop_map(|(s, k)| Step::Get(s, k)),
             1 => Just(Step::Savepoint),
             1 => (0..4usize).prop_map(Step::Rollback),
@@ -303,6 +395,25 @@ mod tests {
                     Step::Delete(s, k) => {
                         view.delete(SPACES[s], vec![k]);
                         oracle.set(SPACES[s], vec![k], None);
+                    }
+                    Step::Append(s, k, v) => {
+                        let after = view.append(SPACES[s], &[k], &[v]).unwrap().to_vec();
+                        let mut expected =
+                            oracle.get(&*snap, SPACES[s], &[k]).unwrap_or_default();
+                        expected.push(v);
+                        prop_assert_eq!(&after, &expected);
+                        oracle.set(SPACES[s], vec![k], Some(expected));
+                    }
+                    Step::Update(s, k, v) => {
+                        let change = |value: &mut Option<Vec<u8>>| match (v, value.as_mut()) {
+                            (0, _) => *value = None,
+                            (_, Some(bytes)) => bytes.push(v),
+                            (_, None) => *value = Some(vec![v]),
+                        };
+                        view.update(SPACES[s], &[k], change).unwrap();
+                        let mut expected = oracle.get(&*snap, SPACES[s], &[k]);
+                        change(&mut expected);
+                        oracle.set(SPACES[s], vec![k], expected);
                     }
                     Step::Get(s, k) => {
                         prop_assert_eq!(

@@ -369,7 +369,7 @@ impl Ledger {
                     at(last),
                 );
             }
-            let proof = merkle::inclusion_proof(&Nodes(r), last, cp.size).map_err(|e| {
+            let proof = merkle::inclusion_proof(&Nodes::new(r), last, cp.size).map_err(|e| {
                 Error::corrupt_at(
                     last,
                     format!("the tree nodes cannot prove the last record: {e}"),
@@ -386,7 +386,7 @@ impl Ledger {
                 );
             }
         }
-        let root = merkle::root(&Nodes(r), cp.size)
+        let root = merkle::root(&Nodes::new(r), cp.size)
             .map_err(|e| Error::corrupt(format!("tree at checkpoint size: {e}")))?;
         if !merkle::hashes_equal(&root, &cp.root) {
             return refuse(
@@ -398,6 +398,24 @@ impl Ledger {
                     seq: cp.size.checked_sub(1),
                     expected: Some(cp.root),
                     found: Some(root),
+                },
+            );
+        }
+        // The frontier the next checkpoint's root is folded from must be this tree's.
+        let tree = index::frontier(r)?;
+        let tree_root = merkle::root(&Nodes::new(r), head.size)
+            .map_err(|e| Error::corrupt(format!("tree at the head's size: {e}")))?;
+        if tree.size() != head.size || !merkle::hashes_equal(&tree.root(), &tree_root) {
+            return refuse(
+                format!(
+                    "the tree's frontier ({} leaves) is not the tree of the head's {} records",
+                    tree.size(),
+                    head.size
+                ),
+                Corruption {
+                    seq: head.size.checked_sub(1),
+                    expected: Some(tree_root),
+                    found: Some(tree.root()),
                 },
             );
         }

@@ -56,7 +56,7 @@ impl Ledger {
                 ),
             ));
         }
-        let proof = merkle::inclusion_proof(&Nodes(&*snap), seq, size)
+        let proof = merkle::inclusion_proof(&Nodes::new(&*snap), seq, size)
             .map_err(|e| Error::corrupt(format!("inclusion proof: {e}")))?;
         let leaf = index::leaf(&*snap, seq)?
             .ok_or_else(|| Error::corrupt_at(seq, format!("record {seq} is missing")))?;
@@ -81,7 +81,7 @@ impl Ledger {
                 format!("need from <= to <= {}; got from {from}, to {to}", head.size),
             ));
         }
-        let proof = merkle::consistency_proof(&Nodes(&*snap), from, to)
+        let proof = merkle::consistency_proof(&Nodes::new(&*snap), from, to)
             .map_err(|e| Error::corrupt(format!("consistency proof: {e}")))?;
         Ok(ConsistencyProof { from, to, proof })
     }
@@ -94,7 +94,7 @@ impl Ledger {
     pub fn export(&self, thread_id: &str) -> Result<Bundle> {
         let snap = self.engine.snapshot()?;
         let (cp, note) = self.export_checkpoint(&*snap, thread_id)?;
-        let nodes = Nodes(&*snap);
+        let nodes = Nodes::new(&*snap);
         let mut records = Vec::new();
         let mut head: Option<Hash> = None;
         for item in index::thread_seqs(&*snap, thread_id, 0) {
@@ -168,7 +168,7 @@ impl Ledger {
         if first.is_none_or(|(_, seq)| seq >= cp.size) {
             return Err(nothing_covered(thread_id));
         }
-        let nodes = Nodes(&*snap);
+        let nodes = Nodes::new(&*snap);
         let mut w = JsonOut(out);
         w.raw(b"{\"checkpoint\":")?;
         w.string(&note)?;

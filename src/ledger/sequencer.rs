@@ -177,9 +177,15 @@ impl Batch<'_, '_, '_> {
     /// Stages this batch's signed checkpoint, over every record the batch leaves.
     fn sign_checkpoint(&mut self) -> Result<()> {
         let head = index::head(&*self.view)?;
-        let root = merkle::root(&*self.view, head.size)
-            .map_err(|e| Error::corrupt(format!("tree root: {e}")))?;
-        let note = sign(&self.ledger.id, head.size, root)?;
+        let tree = index::frontier(&*self.view)?;
+        if tree.size() != head.size {
+            return Err(Error::corrupt(format!(
+                "the tree's frontier has {} leaves but the head {}",
+                tree.size(),
+                head.size
+            )));
+        }
+        let note = sign(&self.ledger.id, head.size, tree.root())?;
         index::put_checkpoint(self.view, head.size, note.into_bytes());
         Ok(())
     }

@@ -32,4 +32,5 @@ mod server;
 mod storage;
 mod tamper;
 mod tenants;
+mod tiles;
 mod verify_diff;

@@ -413,9 +413,22 @@ fn index_and_checkpoint_tampering_agrees() {
         s.clear(Cf::Idem).unwrap();
         s.clear(Cf::Requests).unwrap();
     });
-    case("tree node changed", "index", None, |_, s| {
-        let (k, _) = s.iter_from(Cf::Nodes, &[3]).next().unwrap().unwrap();
-        s.raw_put(Cf::Nodes, &k, &[0u8; 32]).unwrap();
+    case("tree tile changed", "index", None, |_, s| {
+        // A leaf hash inside the first tile, the tile's length kept.
+        let (k, mut v) = s.iter_from(Cf::Nodes, &[0]).next().unwrap().unwrap();
+        v[32..64].fill(0);
+        s.raw_put(Cf::Nodes, &k, &v).unwrap();
+    });
+    case("tree tile cut short", "index", None, |_, s| {
+        let (k, mut v) = s.iter_from(Cf::Nodes, &[0]).next().unwrap().unwrap();
+        v.truncate(v.len() - 32);
+        s.raw_put(Cf::Nodes, &k, &v).unwrap();
+    });
+    case("tree frontier changed", "index", None, |_, s| {
+        let (k, mut v) = s.iter_from(Cf::Meta, b"frontier").next().unwrap().unwrap();
+        assert_eq!(k, b"frontier");
+        v[8] ^= 1;
+        s.raw_put(Cf::Meta, &k, &v).unwrap();
     });
     case("pending entry added", "index", None, |_, s| {
         // The interrupt of a request that was decided.
