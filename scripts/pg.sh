@@ -4,6 +4,14 @@
 #   scripts/pg.sh start DIR    create (if needed) and start a cluster in DIR; prints its URL
 #   scripts/pg.sh stop DIR     stop it
 #   scripts/pg.sh url DIR      print its URL
+#   scripts/pg.sh standby PRIMARY_DIR DIR
+#                              make DIR a hot standby of the cluster in PRIMARY_DIR (streaming
+#                              replication, pg_basebackup -R) and start it; prints its URL
+#   scripts/pg.sh kill DIR     SIGKILL the cluster's postmaster (a crash, for failover tests)
+#   scripts/pg.sh promote DIR  promote a standby to primary
+#
+# PG_OPTS, when set, is added to the server's options at start (the TLS tests give it
+# `-c ssl=on -c ssl_cert_file=… -c ssl_key_file=… -c hba_file=…`).
 #
 # PostgreSQL refuses to run as root: as root the cluster belongs to and runs as the
 # unprivileged `postgres` user (which Debian's package creates). The server listens on
@@ -54,9 +62,28 @@ case "$cmd" in
     echo "$port" >"$dir/port"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/port"
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200 ${PG_OPTS:-}" start >/dev/null \
       || { cat "$dir/server.log" >&2; exit 1; }
     echo "postgres://postgres@127.0.0.1:$port/postgres"
+    ;;
+  standby)
+    primary=$dir; dir=${3:-}
+    [ -n "$dir" ] || { echo "usage: scripts/pg.sh standby PRIMARY_DIR DIR" >&2; exit 2; }
+    mkdir -p "$dir"
+    if [ "$(id -u)" -eq 0 ]; then
+      chown postgres: "$dir"
+      p=$dir; while [ "$p" != "/" ]; do p=$(dirname "$p"); chmod o+x "$p" 2>/dev/null || true; done
+    fi
+    as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$(cat "$primary/port")" -U postgres \
+      -D "$dir/data" -R -X stream -c fast >"$dir/basebackup.log" 2>&1 \
+      || { cat "$dir/basebackup.log" >&2; exit 1; }
+    exec "$0" start "$dir"
+    ;;
+  kill)
+    kill -9 "$(head -1 "$dir/data/postmaster.pid")"
+    ;;
+  promote)
+    as_owner "$bin/pg_ctl" -D "$dir/data" -w -t 60 promote >/dev/null
     ;;
   stop)
     [ -f "$dir/data/PG_VERSION" ] && as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || true
@@ -65,6 +92,6 @@ case "$cmd" in
     echo "postgres://postgres@127.0.0.1:$(cat "$dir/port")/postgres"
     ;;
   *)
-    echo "usage: scripts/pg.sh start|stop|url DIR" >&2; exit 2
+    echo "usage: scripts/pg.sh start|stop|url|kill|promote DIR, or standby PRIMARY_DIR DIR" >&2; exit 2
     ;;
 esac

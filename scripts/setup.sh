@@ -8,6 +8,7 @@
 #   - Python 3 with its venv and ensurepip modules (the Python tests run in a virtual env);
 #   - PostgreSQL's server (the tests run the ledger on PostgreSQL too, in a throwaway cluster
 #     that scripts/pg.sh starts as the unprivileged postgres user);
+#   - the openssl command (the PostgreSQL TLS tests make a throwaway CA and certificate);
 #   - Chromium and its WebDriver (packages chromium and chromium-driver: the reviewer's console
 #     is tested in headless Chromium, tests/browser).
 #
@@ -132,6 +133,13 @@ if pg_server_ok; then
 else
   report+=("postgresql server: missing (package postgresql; the tests run the ledger on it too)")
   need+=(postgresql)
+fi
+
+if command -v openssl >/dev/null 2>&1; then
+  report+=("openssl: found $(command -v openssl)")
+else
+  report+=("openssl: missing (package openssl; the PostgreSQL TLS tests make a throwaway CA with it)")
+  need+=(openssl)
 fi
 
 if chromium_ok; then

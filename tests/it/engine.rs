@@ -71,10 +71,28 @@ pub struct Cluster {
 }
 
 fn pg_sh(args: &[&str]) -> String {
+    pg_sh_with(args, "")
+}
+
+/// As root, the server runs as `postgres`: the files a test puts in its folder become that
+/// user's (a key file must be its owner's and not readable by others).
+fn own_for_postgres(dir: &std::path::Path) {
+    if unsafe { libc::geteuid() } == 0 {
+        let status = std::process::Command::new("chown")
+            .args(["-R", "postgres:"])
+            .arg(dir)
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+}
+
+fn pg_sh_with(args: &[&str], options: &str) -> String {
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh");
     let out = std::process::Command::new("bash")
         .arg(script)
         .args(args)
+        .env("PG_OPTS", options)
         .output()
         .expect("running scripts/pg.sh");
     assert!(
@@ -88,9 +106,77 @@ fn pg_sh(args: &[&str]) -> String {
 impl Cluster {
     /// Creates and starts a cluster in a temporary folder.
     pub fn start() -> Cluster {
+        Cluster::start_with(|_| String::new())
+    }
+
+    /// Creates and starts a cluster in a temporary folder with server options of its own:
+    /// `options(folder)` may write files there (they are made the server's) and returns the
+    /// options (`-c name=value …`).
+    pub fn start_with(options: impl FnOnce(&std::path::Path) -> String) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let url = pg_sh(&["start", dir.path().to_str().unwrap()]);
+        let opts = options(dir.path());
+        own_for_postgres(dir.path());
+        let url = pg_sh_with(&["start", dir.path().to_str().unwrap()], &opts);
         Cluster { dir, url }
+    }
+
+    /// The cluster's folder (its data directory is `data/` inside).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// A hot standby of this cluster (streaming replication from a base backup), started.
+    pub fn standby_of(&self) -> Cluster {
+        self.standby_of_at(None)
+    }
+
+    /// A hot standby of this cluster listening on `port` (a free one when `None`): a new
+    /// standby can take the place of a primary that failed, under the same URL.
+    pub fn standby_of_at(&self, port: Option<u16>) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(p) = port {
+            std::fs::write(dir.path().join("port"), p.to_string()).unwrap();
+            own_for_postgres(dir.path());
+        }
+        let url = pg_sh(&[
+            "standby",
+            self.dir.path().to_str().unwrap(),
+            dir.path().to_str().unwrap(),
+        ]);
+        Cluster { dir, url }
+    }
+
+    /// Kills the server's postmaster with SIGKILL (a crash of the machine, as far as the
+    /// clients can tell).
+    pub fn kill(&self) {
+        pg_sh(&["kill", self.dir.path().to_str().unwrap()]);
+    }
+
+    /// Promotes a standby to primary.
+    pub fn promote(&self) {
+        pg_sh(&["promote", self.dir.path().to_str().unwrap()]);
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("a port in the cluster's URL")
+    }
+
+    /// Runs SQL on the server's `postgres` database.
+    pub fn sql(&self, sql: &str) {
+        let mut c = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+        c.batch_execute(sql).unwrap();
+    }
+
+    /// The first value of a one-row query on the server's `postgres` database.
+    pub fn query_text(&self, sql: &str) -> Option<String> {
+        let mut c = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+        c.query_opt(sql, &[]).unwrap().map(|r| r.get(0))
     }
 
     /// Stops the server (fast shutdown: connections are cut).

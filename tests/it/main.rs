@@ -24,6 +24,7 @@ mod model;
 mod multi;
 mod paging;
 mod pg_commit;
+mod pg_tls;
 mod reasons;
 mod report;
 mod rules;

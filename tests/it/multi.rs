@@ -19,13 +19,14 @@ use crate::util::*;
 
 /// A ledger on a fresh database of `server`: the first server's data directory.
 fn first_server_dir(server: &str) -> (tempfile::TempDir, HashMap<String, String>) {
+    first_server_dir_at(&fresh_database(server))
+}
+
+/// A ledger on the database at `url`: the first server's data directory.
+fn first_server_dir_at(url: &str) -> (tempfile::TempDir, HashMap<String, String>) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
-    let url = fresh_database(server);
-    let (code, _, err) = run(
-        &data,
-        &["init", "--origin", ORIGIN, "--database", url.as_str()],
-    );
+    let (code, _, err) = run(&data, &["init", "--origin", ORIGIN, "--database", url]);
     assert_eq!(code, 0, "{err}");
     let mut tokens = HashMap::new();
     for role in ["agent", "reviewer", "auditor", "admin"] {
@@ -636,4 +637,398 @@ fn an_idle_server_does_not_contend_for_the_writer() {
         .find_map(|l| l.strip_prefix("hitl_ledger_write_transactions_total "))
         .unwrap();
     assert_eq!(txns, "0", "an idle server began write transactions:\n{m}");
+}
+
+/// A primary and a hot standby of it, and the URL that names both (libpq's host list with
+/// `target_session_attrs=read-write`: a connection goes to whichever is the primary).
+fn replicated(synchronous: bool) -> (Cluster, Cluster, String) {
+    let primary = Cluster::start();
+    let standby = primary.standby_of();
+    if synchronous {
+        make_synchronous(&primary);
+    }
+    let db = fresh_database(&primary.url);
+    let name = db.rsplit('/').next().unwrap().to_string();
+    // Replayed on the standby before anything is written to it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while standby
+        .query_text(&format!(
+            "SELECT datname::text FROM pg_database WHERE datname = '{name}'"
+        ))
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not replay the new database"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    (primary, standby, url)
+}
+
+/// Makes `primary` wait for its standby at every commit, once the standby streams.
+fn make_synchronous(primary: &Cluster) {
+    primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+    primary.sql("SELECT pg_reload_conf()");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while primary
+        .query_text("SELECT sync_state FROM pg_stat_replication LIMIT 1")
+        .as_deref()
+        != Some("sync")
+    {
+        assert!(Instant::now() < deadline, "the standby did not become synchronous");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Failovers of the synchronous test: 1, or `HITL_TEST_FAILOVERS` (the long mode,
+/// `docs/testing.md`).
+fn failovers() -> usize {
+    std::env::var("HITL_TEST_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// What the failover load saw acknowledged: interrupts (request id → seq, leaf hash) and
+/// grants (request id → ticket, the granting authorization's seq).
+#[derive(Default)]
+struct Seen {
+    interrupts: HashMap<String, (u64, String)>,
+    grants: HashMap<String, (String, u64)>,
+    /// Every checkpoint read from a server: size → note.
+    checkpoints: HashMap<u64, HashSet<String>>,
+}
+
+/// `clients` threads that each open a request, approve it and authorize it, over and over,
+/// retrying each step until a server answers it (the same body: the retry is idempotent), and
+/// one thread reading the latest checkpoint; until `stop`.
+fn failover_load(
+    addrs: &[SocketAddr],
+    tokens: &HashMap<String, String>,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+    seen: &Arc<Mutex<Seen>>,
+    saw_503: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let addrs = addrs.to_vec();
+            let (agent, reviewer) = (tokens["agent"].clone(), tokens["reviewer"].clone());
+            let (stop, seen, saw_503) = (Arc::clone(stop), Arc::clone(seen), Arc::clone(saw_503));
+            std::thread::spawn(move || {
+                let patience = Duration::from_secs(120);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let rid = format!("f{c}-r{n}");
+                    n += 1;
+                    let body = interrupt_body(&rid, &format!("thread-{}", c % 8));
+                    let Some(r) = post_until_answered(
+                        &addrs, c, "/v1/interrupts", &agent, &body, patience, &saw_503,
+                    ) else {
+                        continue;
+                    };
+                    assert!(r.status == 201 || r.status == 200, "{}", r.text());
+                    let v = r.json();
+                    seen.lock().unwrap().interrupts.insert(
+                        rid.clone(),
+                        (v["seq"].as_u64().unwrap(), v["leaf_hash"].as_str().unwrap().to_string()),
+                    );
+                    let Some(d) = post_until_answered(
+                        &addrs,
+                        c + 1,
+                        &format!("/v1/requests/{rid}/decision"),
+                        &reviewer,
+                        &json!({"decision": "approve"}),
+                        patience,
+                        &saw_503,
+                    ) else {
+                        continue;
+                    };
+                    assert!(d.status == 201 || d.status == 200, "{}", d.text());
+                    let ticket = d.json()["ticket_id"].as_str().unwrap().to_string();
+                    let Some(a) = post_until_answered(
+                        &addrs,
+                        c,
+                        &format!("/v1/requests/{rid}/authorize"),
+                        &agent,
+                        &json!({"ticket_id": ticket, "attempt_id": format!("a-{rid}"),
+                                "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}}),
+                        patience,
+                        &saw_503,
+                    ) else {
+                        continue;
+                    };
+                    assert!(a.status == 201 || a.status == 200, "{}", a.text());
+                    let g = a.json();
+                    assert_eq!(g["granted"], true, "{}", a.text());
+                    seen.lock()
+                        .unwrap()
+                        .grants
+                        .insert(rid, (ticket, g["seq"].as_u64().unwrap()));
+                }
+            })
+        })
+        .collect();
+    let addrs = addrs.to_vec();
+    let auditor = tokens["auditor"].clone();
+    let (stop, seen) = (Arc::clone(stop), Arc::clone(seen));
+    handles.push(std::thread::spawn(move || {
+        let mut i = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            if let Ok(r) = send(
+                addrs[i % addrs.len()],
+                "GET",
+                "/v1/checkpoint",
+                Some(&auditor),
+                None,
+                b"",
+            ) && r.status == 200
+            {
+                let note = r.text();
+                let size: u64 = note.lines().nth(1).unwrap().parse().unwrap();
+                seen.lock()
+                    .unwrap()
+                    .checkpoints
+                    .entry(size)
+                    .or_default()
+                    .insert(note);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }));
+    handles
+}
+
+/// Every record of the load's threads, by seq.
+fn records_of(dir: &Path) -> HashMap<u64, Value> {
+    let mut out = HashMap::new();
+    for thread in load_threads() {
+        let mut after: Option<String> = None;
+        loop {
+            let mut args = vec!["history", "--thread", thread.as_str(), "--format", "json"];
+            if let Some(a) = &after {
+                args.extend(["--after", a.as_str()]);
+            }
+            let (code, text, err) = run(dir, &args);
+            assert_eq!(code, 0, "{err}");
+            let h: Value = serde_json::from_str(&text).unwrap();
+            for r in h["records"].as_array().unwrap() {
+                out.insert(r["seq"].as_u64().unwrap(), r.clone());
+            }
+            match h.get("next_after") {
+                Some(n) => after = Some(n.to_string()),
+                None => break,
+            }
+        }
+    }
+    out
+}
+
+/// The stored checkpoints of a data directory's ledger: size → note.
+fn stored_checkpoints(dir: &Path) -> HashMap<u64, String> {
+    let engine = engine_of(dir);
+    let snap = engine.snapshot().unwrap();
+    snap.scan(hitl_ledger::storage::Keyspace::Checkpoints, &[])
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (
+                u64::from_be_bytes(k.try_into().unwrap()),
+                String::from_utf8(v).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_synchronous_standby_promoted_after_the_primary_is_killed_keeps_everything_acknowledged() {
+    let (mut primary, mut standby, url) = replicated(true);
+    let (tmp, tokens) = first_server_dir_at(&url);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    copy_server_dir(&a, &b);
+    let servers = Servers::start(&[a.clone(), b.clone()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let saw_503 = Arc::new(AtomicU64::new(0));
+    let load = failover_load(&servers.addrs, &tokens, 64, &stop, &seen, &saw_503);
+    let grants_before = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while seen.lock().unwrap().grants.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} grants acknowledged"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    grants_before(100);
+    let rounds = failovers();
+    for round in 0..rounds {
+        primary.kill();
+        std::thread::sleep(Duration::from_millis(500));
+        standby.promote();
+        // Without restarting the servers, grants are acknowledged again, on the new primary.
+        let at_promotion = seen.lock().unwrap().grants.len();
+        grants_before(at_promotion + 100);
+        if round + 1 < rounds {
+            // A new synchronous standby takes the failed primary's place (and port, so the
+            // servers' host list names it).
+            let port = primary.port();
+            drop(primary);
+            let next = standby.standby_of_at(Some(port));
+            make_synchronous(&standby);
+            primary = standby;
+            standby = next;
+            let now = seen.lock().unwrap().grants.len();
+            grants_before(now + 100);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in load {
+        h.join().unwrap();
+    }
+    drop(servers);
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    // Every acknowledged interrupt exactly once, at its seq with its leaf hash; verify clean.
+    check_log(&a, &seen.interrupts, &load_threads());
+    // Every acknowledged grant is there, and no ticket was granted twice.
+    let records = records_of(&a);
+    let mut granted: HashMap<String, Vec<u64>> = HashMap::new();
+    for (seq, r) in &records {
+        if r["kind"] == "authorization" && r["body"]["granted"] == true {
+            granted
+                .entry(r["body"]["ticket_id"].as_str().unwrap().to_string())
+                .or_default()
+                .push(*seq);
+        }
+    }
+    for (ticket, seqs) in &granted {
+        assert_eq!(seqs.len(), 1, "ticket {ticket} granted at {seqs:?}");
+    }
+    for (rid, (ticket, seq)) in &seen.grants {
+        assert_eq!(granted.get(ticket), Some(&vec![*seq]), "the grant of {rid}");
+    }
+    // No two signed checkpoints of one size differ: each one a server showed is the stored one.
+    let stored = stored_checkpoints(&a);
+    for (size, notes) in &seen.checkpoints {
+        assert_eq!(notes.len(), 1, "two checkpoints of size {size} were shown");
+        assert_eq!(stored.get(size), notes.iter().next(), "checkpoint {size}");
+    }
+    assert!(
+        saw_503.load(Ordering::Relaxed) > 0,
+        "the failover was seen as 503"
+    );
+    eprintln!(
+        "failover (synchronous, {rounds} failovers): {} interrupts and {} grants acknowledged, {} checkpoints seen, {} answers 503",
+        seen.interrupts.len(),
+        seen.grants.len(),
+        seen.checkpoints.len(),
+        saw_503.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn an_asynchronous_standby_promoted_after_it_fell_behind_is_a_rollback_verify_trusted_reports() {
+    // Asynchronous replication, and the standby stopped (as a lagging or cut-off one) while the
+    // primary goes on acknowledging: its promotion loses that tail, deterministically.
+    let (primary, standby, url) = replicated(false);
+    let (tmp, tokens) = first_server_dir_at(&url);
+    let a = tmp.path().join("a");
+    let servers = Servers::start(std::slice::from_ref(&a));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let saw_503 = Arc::new(AtomicU64::new(0));
+    let load = failover_load(&servers.addrs, &tokens, 8, &stop, &seen, &saw_503);
+    let grants_before = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while seen.lock().unwrap().grants.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} grants acknowledged"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    grants_before(20);
+    standby.stop();
+    let at_stop = seen.lock().unwrap().grants.len();
+    grants_before(at_stop + 50);
+    // The auditor keeps the latest checkpoint (from before the failover).
+    let kept = get(servers.addrs[0], "/v1/checkpoint", &tokens["auditor"]).text();
+    let kept_size: u64 = kept.lines().nth(1).unwrap().parse().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for h in load {
+        h.join().unwrap();
+    }
+    drop(servers);
+    primary.kill();
+    standby.restart();
+    standby.promote();
+    let trusted = tmp.path().join("kept.note");
+    std::fs::write(&trusted, &kept).unwrap();
+    // The promoted standby lacks acknowledged records: verify alone cannot tell (its log is
+    // consistent), verify --trusted with the kept checkpoint reports the rollback.
+    let (code, v) = cli_verify(&a, &[]);
+    assert_eq!(code, 0, "{v}");
+    let records = v["records"].as_u64().unwrap();
+    assert!(
+        records < kept_size,
+        "{records} records, the kept checkpoint {kept_size}"
+    );
+    let lost = seen
+        .lock()
+        .unwrap()
+        .interrupts
+        .values()
+        .filter(|(seq, _)| *seq >= records)
+        .count();
+    assert!(lost > 0);
+    let (code, v) = cli_verify(&a, &["--trusted", trusted.to_str().unwrap()]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["code"] == "trusted_size"),
+        "{v}"
+    );
+    eprintln!(
+        "failover (asynchronous, standby behind): {records} records kept of {kept_size} checkpointed; {lost} acknowledged interrupts lost, reported as trusted_size"
+    );
+}
+
+#[test]
+fn a_standby_given_as_the_database_to_write_is_refused_before_anything_is_written() {
+    let (_primary, standby, url) = replicated(false);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("a");
+    // The standby's own URL (its database exists: it was made on the primary).
+    let standby_url = format!(
+        "postgres://postgres@127.0.0.1:{}/{}",
+        standby.port(),
+        url.rsplit('/').next().unwrap().split('?').next().unwrap()
+    );
+    let (code, _, err) = run(
+        &data,
+        &["init", "--origin", ORIGIN, "--database", &standby_url],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("names a standby"), "{err}");
+    assert!(!data.exists(), "a refused init leaves no data directory");
+    // A ledger made through the host list, then pointed at the standby alone, refuses too.
+    let (tmp2, _) = first_server_dir_at(&url);
+    let a = tmp2.path().join("a");
+    let config = std::fs::read_to_string(a.join("ledger.json")).unwrap();
+    std::fs::write(a.join("ledger.json"), config.replace(&url, &standby_url)).unwrap();
+    let (code, _, err) = run(&a, &["pending"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("names a standby"), "{err}");
 }

@@ -25,13 +25,16 @@
 //!   happened, and the next operation tries again (no restart needed).
 
 use std::cell::RefCell;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use postgres::Client;
 use postgres::error::SqlState;
-use postgres::{Client, NoTls};
+
+mod connect;
+
+use connect::{Target, connect, connect_writer, parse_url};
 
 use super::{Changes, Durability, Engine, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
 use crate::clock::Timestamp;
@@ -158,7 +161,7 @@ fn create_missing_derived(c: &mut Client) -> Result<(), StorageError> {
 
 /// The PostgreSQL engine.
 pub struct PgEngine {
-    config: postgres::Config,
+    config: Target,
     expect: LedgerRow,
     writer: Mutex<Option<(Client, Backend)>>,
     readers: Mutex<Vec<Client>>,
@@ -212,10 +215,29 @@ fn must_retry(e: &postgres::Error) -> bool {
     })
 }
 
+/// The driver's error with its causes (the driver's own message names only the kind: "error
+/// connecting to server", "error performing TLS handshake").
 fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => {
+            let mut out = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                out.push_str(": ");
+                out.push_str(&c.to_string());
+                // An I/O error's `source` skips the error it wraps, whose text it already
+                // showed: go on from that error's own cause.
+                cause = match c
+                    .downcast_ref::<std::io::Error>()
+                    .and_then(|io| io.get_ref())
+                {
+                    Some(inner) => inner.source(),
+                    None => c.source(),
+                };
+            }
+            out
+        }
     }
 }
 
@@ -242,6 +264,7 @@ impl PgEngine {
     pub fn check_empty(url: &str) -> Result<(), StorageError> {
         let config = parse_url(url)?;
         let mut c = connect(&config)?;
+        refuse_standby(&mut c)?;
         refuse_existing(&mut c)
     }
 
@@ -255,6 +278,7 @@ impl PgEngine {
     pub fn create(url: &str, row: &LedgerRow) -> Result<(), StorageError> {
         let config = parse_url(url)?;
         let mut c = connect(&config)?;
+        refuse_standby(&mut c)?;
         let mut tx = c.transaction().map_err(engine_err("creating the schema"))?;
         refuse_existing(&mut tx)?;
         tx.batch_execute(&schema_sql())
@@ -277,11 +301,12 @@ impl PgEngine {
     /// [`PgEngine::mismatch`]).
     pub fn open(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {
         let config = parse_url(url)?;
-        let name = config.get_dbname().map_or_else(
-            || "postgres".to_string(),
-            |d| format!("postgres database {d}"),
+        let name = config.config.get_dbname().map_or_else(
+            || format!("postgres (sslmode {})", config.mode.as_str()),
+            |d| format!("postgres database {d} (sslmode {})", config.mode.as_str()),
         );
         let mut client = connect(&config)?;
+        refuse_standby(&mut client)?;
         create_missing_derived(&mut client)?;
         let engine = PgEngine {
             config,
@@ -433,6 +458,21 @@ impl PgEngine {
 }
 
 /// Refuses a database whose current schema already holds `hitl_*` tables or functions.
+/// Refuses a server in recovery (a hot standby: every write transaction would fail there) as
+/// the database to write to, naming what to give instead.
+fn refuse_standby(c: &mut Client) -> Result<(), StorageError> {
+    let standby: bool = c
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .map_err(engine_err("checking the database"))?
+        .get(0);
+    if standby {
+        return Err(StorageError::Incompatible(
+            "the database URL names a standby (read-only, in recovery): give the primary, or a host list with target_session_attrs=read-write".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageError> {
     let found: Vec<String> = c
         .query(
@@ -459,42 +499,6 @@ fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageEr
         )));
     }
     Ok(())
-}
-
-fn parse_url(url: &str) -> Result<postgres::Config, StorageError> {
-    let mut config = postgres::Config::from_str(url)
-        .map_err(|e| StorageError::engine("the database URL", e.to_string()))?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(5));
-    }
-    config.application_name("hitl-ledger");
-    Ok(config)
-}
-
-fn connect(config: &postgres::Config) -> Result<Client, StorageError> {
-    let mut c = config
-        .connect(NoTls)
-        .map_err(engine_err("connecting to the database"))?;
-    c.batch_execute("SET synchronous_commit = on; SET statement_timeout = '60s'")
-        .map_err(engine_err("configuring the connection"))?;
-    Ok(c)
-}
-
-/// A connection for writing, with its server process (see [`PgEngine::resolve`]).
-fn connect_writer(config: &postgres::Config) -> Result<(Client, Backend), StorageError> {
-    let mut c = connect(config)?;
-    let row = c
-        .query_one(
-            "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8 \
-             FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-            &[],
-        )
-        .map_err(engine_err("configuring the connection"))?;
-    let backend = Backend {
-        pid: row.get(0),
-        started: row.get(1),
-    };
-    Ok((c, backend))
 }
 
 fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError> {
