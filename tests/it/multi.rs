@@ -681,7 +681,10 @@ fn make_synchronous(primary: &Cluster) {
         .as_deref()
         != Some("sync")
     {
-        assert!(Instant::now() < deadline, "the standby did not become synchronous");
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not become synchronous"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -806,6 +809,18 @@ fn failover_load(
     handles
 }
 
+/// Waits until the load has `n` grants acknowledged (two minutes at most).
+fn wait_for_grants(seen: &Mutex<Seen>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().grants.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {n} grants acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Every record of the load's threads, by seq.
 fn records_of(dir: &Path) -> HashMap<u64, Value> {
     let mut out = HashMap::new();
@@ -858,16 +873,7 @@ fn a_synchronous_standby_promoted_after_the_primary_is_killed_keeps_everything_a
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let saw_503 = Arc::new(AtomicU64::new(0));
     let load = failover_load(&servers.addrs, &tokens, 64, &stop, &seen, &saw_503);
-    let grants_before = |n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while seen.lock().unwrap().grants.len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {n} grants acknowledged"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let grants_before = |n: usize| wait_for_grants(&seen, n);
     grants_before(100);
     let rounds = failovers();
     for round in 0..rounds {
@@ -946,16 +952,7 @@ fn an_asynchronous_standby_promoted_after_it_fell_behind_is_a_rollback_verify_tr
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let saw_503 = Arc::new(AtomicU64::new(0));
     let load = failover_load(&servers.addrs, &tokens, 8, &stop, &seen, &saw_503);
-    let grants_before = |n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while seen.lock().unwrap().grants.len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {n} grants acknowledged"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let grants_before = |n: usize| wait_for_grants(&seen, n);
     grants_before(20);
     standby.stop();
     let at_stop = seen.lock().unwrap().grants.len();
