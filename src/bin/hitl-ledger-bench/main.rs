@@ -75,9 +75,14 @@ struct Cli {
     /// A PostgreSQL server (`postgres://user@host:port/database`, a role that may create
     /// databases) for the engines rows: durable appends with 64 clients on RocksDB (one
     /// server), PostgreSQL (one server) and PostgreSQL (two servers), on fresh ledgers in
-    /// databases this program creates and drops. Without it those rows are not run.
+    /// databases this program creates and drops, beside `pgbench`'s limit on that server.
+    /// Without it those rows are not run.
     #[arg(long, env = "HITL_BENCH_POSTGRES")]
     postgres: Option<String>,
+    /// Run only the engines rows and the `pgbench` limit (needs --postgres), written to
+    /// OUT/engines-results.md and engines-results.json.
+    #[arg(long, requires = "postgres")]
+    engines_only: bool,
     /// Run only the report rows (issue 21): a ledger with a mixed history (interrupts,
     /// decisions, edits, rejections, timeouts, revocations, grants and every kind of denial,
     /// over weeks of `ts`), then `hitl-ledger report` over it, each timed in a child process.
@@ -277,6 +282,32 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         out.display(),
         ledger_bin.display()
     ));
+    if let (true, Some(url)) = (cli.engines_only, &cli.postgres) {
+        let engines = postgres::run(
+            &ledger_bin,
+            &exe,
+            url,
+            &work,
+            plan.warmup,
+            plan.measure,
+            &|m| log.say(m),
+        )?;
+        let md = format!(
+            "## Engines: durable appends, {} clients, fresh ledgers, `hitl-ledger serve`\n\n{}",
+            postgres::CLIENTS,
+            postgres::markdown(&engines)
+        );
+        std::fs::write(out.join("engines-results.md"), &md)?;
+        std::fs::write(
+            out.join("engines-results.json"),
+            serde_json::to_string_pretty(&engines)? + "\n",
+        )?;
+        if !cli.keep_work {
+            std::fs::remove_dir_all(&work)?;
+        }
+        println!("{md}");
+        return Ok(());
+    }
     if cli.report_only {
         report_rows(cli, &plan, &ledger_bin, &out, &work, &log)?;
         if !cli.keep_work {
@@ -426,7 +457,7 @@ fn bench(cli: &Cli) -> BoxResult<()> {
     let verify_after_http = Some(run_verify(&ledger_bin, &built.dir, leaves.mean_bytes)?);
 
     let engines = match &cli.postgres {
-        Some(url) => postgres::run(
+        Some(url) => Some(postgres::run(
             &ledger_bin,
             &exe,
             url,
@@ -434,8 +465,8 @@ fn bench(cli: &Cli) -> BoxResult<()> {
             plan.warmup,
             plan.measure,
             &|m| log.say(m),
-        )?,
-        None => Vec::new(),
+        )?),
+        None => None,
     };
 
     let git_commit = sys::git(&["rev-parse", "HEAD"]);
@@ -471,11 +502,11 @@ fn bench(cli: &Cli) -> BoxResult<()> {
     results.wall_s = started.elapsed().as_secs_f64();
 
     let mut md = report::markdown(&results);
-    if !results.engines.is_empty() {
+    if let Some(engines) = &results.engines {
         md.push_str(&format!(
             "\n## Engines: durable appends, {} clients, fresh ledgers, `hitl-ledger serve`\n\n{}",
             postgres::CLIENTS,
-            postgres::markdown(&results.engines)
+            postgres::markdown(engines)
         ));
     }
     std::fs::write(out.join("results.md"), &md)?;

@@ -1,10 +1,14 @@
 //! The engines side by side: durable appends per second with the same closed-loop load on
 //! RocksDB (one server), PostgreSQL (one server) and PostgreSQL (two servers sharing one
-//! database), in one run, with the batch sizes each server committed (from its `/metrics`).
+//! database), in one run, with the batch sizes each server committed (from its `/metrics`)
+//! and the `authorize` latency under that load; beside them the database's own limit in the
+//! same run: `pgbench`, as many clients, each transaction one insert of a row the size of the
+//! ledger's leaves, `synchronous_commit = on`.
 //!
 //! Every row runs the `hitl-ledger serve` binary on a fresh, empty ledger, so the rows differ
-//! only in the engine and the number of servers. The PostgreSQL ledgers live in databases
-//! this program creates on the server `--postgres` names and drops afterwards.
+//! only in the engine and the number of servers. The PostgreSQL ledgers (and `pgbench`'s
+//! table) live in databases this program creates on the server `--postgres` names and drops
+//! afterwards.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -48,6 +52,33 @@ pub struct EngineRow {
     pub mean_batch: f64,
     /// The largest batch any of the servers committed.
     pub max_batch: u64,
+    /// The `authorize` probe beside the load (on the first server): one approval presented
+    /// every [`http::PROBE_INTERVAL`].
+    pub authorize: Option<http::Probe>,
+}
+
+/// The database's own limit, measured in the same run as the rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct PgbenchLimit {
+    /// Concurrent clients (`-c`).
+    pub clients: usize,
+    /// Bytes of the row each transaction inserts (the ledger's mean leaf).
+    pub row_bytes: usize,
+    /// Seconds measured (`-T`).
+    pub seconds: u64,
+    /// Transactions per second, as `pgbench` reports them (without connection time).
+    pub tps: f64,
+    /// The command line (its URL aside).
+    pub command: String,
+}
+
+/// Everything `--postgres` measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Engines {
+    /// The `pgbench` limit.
+    pub pgbench: PgbenchLimit,
+    /// The rows: RocksDB, PostgreSQL with one server, with two.
+    pub rows: Vec<EngineRow>,
 }
 
 /// A database URL naming `database` on the server of `url` (its path replaced, its query
@@ -143,6 +174,95 @@ fn copy_server_dir(from: &Path, to: &Path) -> BoxResult<()> {
     Ok(())
 }
 
+/// The `pgbench` program: on the `PATH`, or in a Debian PostgreSQL package's folder.
+fn pgbench_program() -> BoxResult<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("pgbench"));
+    let debian = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/pgbench"));
+    on_path.chain(debian).find(|p| p.is_file()).ok_or_else(|| {
+        "no pgbench (Debian's postgresql-15 package has it; scripts/setup.sh installs it)".into()
+    })
+}
+
+/// The database's own limit: `pgbench` with [`CLIENTS`] clients for `seconds`, each
+/// transaction one `INSERT` of a `row_bytes` row into a table keyed like the ledger's
+/// (a `bytea` primary key, a `bytea` value), `synchronous_commit = on`, statements prepared.
+fn pgbench_limit(
+    admin_url: &str,
+    work: &Path,
+    row_bytes: usize,
+    seconds: u64,
+) -> BoxResult<PgbenchLimit> {
+    let program = pgbench_program()?;
+    let db = Database::create(
+        admin_url,
+        format!("hitl_bench_{}_pgbench", std::process::id()),
+    )?;
+    let mut c = postgres::Client::connect(&db.url, postgres::NoTls)?;
+    c.batch_execute(
+        "CREATE TABLE leaf (k bytea PRIMARY KEY, v bytea NOT NULL); CREATE SEQUENCE leaf_seq",
+    )?;
+    drop(c);
+    // The key: the sequence number as 8 big-endian bytes, as the ledger keys its records.
+    let script = work.join("pgbench-leaf.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "INSERT INTO leaf (k, v) VALUES (int8send(nextval('leaf_seq')), '\\x{}');\n",
+            "61".repeat(row_bytes)
+        ),
+    )?;
+    let args = [
+        "-n".to_string(),
+        "-M".into(),
+        "prepared".into(),
+        "-c".into(),
+        CLIENTS.to_string(),
+        "-j".into(),
+        "2".into(),
+        "-T".into(),
+        seconds.to_string(),
+        "-f".into(),
+        script.display().to_string(),
+    ];
+    let out = Command::new(&program)
+        .args(&args)
+        .arg(&db.url)
+        .env("PGOPTIONS", "-c synchronous_commit=on")
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "pgbench failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("tps = ")?;
+            rest.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .ok_or_else(|| format!("no tps line in pgbench's output: {}", text.trim()))?;
+    Ok(PgbenchLimit {
+        clients: CLIENTS,
+        row_bytes,
+        seconds,
+        tps,
+        command: format!(
+            "PGOPTIONS='-c synchronous_commit=on' pgbench {} URL (script: INSERT INTO leaf (k, v) VALUES (int8send(nextval('leaf_seq')), <{row_bytes} bytes>))",
+            args.join(" ")
+        ),
+    })
+}
+
 /// `(sum of records over batches, batches, largest batch)` from the server's `/metrics`.
 fn batch_metrics(addr: SocketAddr, admin: &str) -> BoxResult<(u64, u64, u64)> {
     let mut s = TcpStream::connect(addr)?;
@@ -175,8 +295,8 @@ fn batch_metrics(addr: SocketAddr, admin: &str) -> BoxResult<(u64, u64, u64)> {
     ))
 }
 
-/// Runs the same load on every server of a row at once (the clients split evenly) and sums
-/// what they sustained.
+/// Runs the same load on every server of a row at once (the clients split evenly), with the
+/// `authorize` probe on the first server, and sums what they sustained.
 fn measure(
     engine: &'static str,
     servers: &[Server],
@@ -186,23 +306,28 @@ fn measure(
     window: Duration,
 ) -> BoxResult<EngineRow> {
     let counter = Arc::new(AtomicU64::new(0));
+    let n = ((warmup + window).as_secs_f64() / http::PROBE_INTERVAL.as_secs_f64()).ceil() as usize;
+    let tickets = http::approvals(&servers[0], n, tokens, &counter)?;
     let before = servers
         .iter()
         .map(|s| batch_metrics(s.addr, admin))
         .collect::<BoxResult<Vec<_>>>()?;
-    let spec = Spec {
+    let spec = |probe: Vec<http::Ticket>| Spec {
         clients: CLIENTS / servers.len(),
         target: Target::Interrupts,
         warmup,
         measure: window,
-        probe: Vec::new(),
+        probe,
         threads: 1,
     };
+    let mut specs: Vec<Spec> = servers.iter().map(|_| spec(Vec::new())).collect();
+    specs[0] = spec(tickets);
     let loads = std::thread::scope(|scope| {
         let handles: Vec<_> = servers
             .iter()
-            .map(|server| {
-                let (spec, counter) = (spec.clone(), Arc::clone(&counter));
+            .zip(specs)
+            .map(|(server, spec)| {
+                let counter = Arc::clone(&counter);
                 scope.spawn(move || {
                     http::run(server, &spec, tokens, &counter).map_err(|e| e.to_string())
                 })
@@ -235,12 +360,14 @@ fn measure(
             records as f64 / batches as f64
         },
         max_batch: after.iter().map(|a| a.2).max().unwrap_or(0),
+        authorize: loads[0].probe.clone(),
     })
 }
 
 /// The three rows: RocksDB with one server, PostgreSQL with one, PostgreSQL with two, each on
 /// a fresh ledger under `work`, the PostgreSQL ones in databases created on `admin_url`'s
-/// server (and dropped afterwards).
+/// server (and dropped afterwards); then the `pgbench` limit with rows the size of the
+/// RocksDB row's leaves.
 pub fn run(
     ledger_bin: &Path,
     bench_exe: &Path,
@@ -249,7 +376,7 @@ pub fn run(
     warmup: Duration,
     window: Duration,
     log: &dyn Fn(&str),
-) -> BoxResult<Vec<EngineRow>> {
+) -> BoxResult<Engines> {
     let mut rows = Vec::new();
     let start = |dir: &Path, name: &str| {
         http::start(
@@ -274,6 +401,7 @@ pub fn run(
         window,
     )?);
     server.stop()?.check("the RocksDB server")?;
+    let leaf_bytes = crate::data::sample_leaves(&dir, 1000)?.mean_bytes.round() as usize;
 
     for servers in [1usize, 2] {
         log(&format!("engines: PostgreSQL, {servers} server(s)"));
@@ -316,35 +444,51 @@ pub fn run(
         }
         drop(db);
     }
-    Ok(rows)
+    log(&format!(
+        "engines: pgbench, {CLIENTS} clients, rows of {leaf_bytes} bytes"
+    ));
+    let seconds = (warmup + window).as_secs().max(2);
+    let pgbench = pgbench_limit(admin_url, work, leaf_bytes, seconds)?;
+    Ok(Engines { pgbench, rows })
 }
 
-/// The rows as a Markdown table.
-pub fn markdown(rows: &[EngineRow]) -> String {
+/// The rows as a Markdown table, the `pgbench` limit under it.
+pub fn markdown(engines: &Engines) -> String {
     let mut s = String::from(
-        "| engine | servers | clients | appends/s | ratio to RocksDB | p50 ms | p99 ms | batches | mean batch | max batch | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| engine | servers | clients | appends/s | ratio to RocksDB | ratio to pgbench | p50 ms | p99 ms | authorize p50 / p99 ms | batches | mean batch | max batch | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let rows = &engines.rows;
     let rocks = rows
         .iter()
         .find(|r| r.engine == "rocksdb")
         .map_or(0.0, |r| r.per_s);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     for r in rows {
-        let ratio = if rocks > 0.0 { r.per_s / rocks } else { 0.0 };
+        let authorize = r.authorize.as_ref().map_or("-".to_string(), |p| {
+            format!("{:.2} / {:.2}", p.p50_ms, p.p99_ms)
+        });
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2}× | {:.2} | {:.2} | {} | {:.1} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2} | {} | {} | {:.1} | {} | {} |\n",
             r.engine,
             r.servers,
             r.clients,
             r.per_s,
-            ratio,
+            ratio(r.per_s, rocks),
+            ratio(r.per_s, engines.pgbench.tps),
             r.p50_ms,
             r.p99_ms,
+            authorize,
             r.batches,
             r.mean_batch,
             r.max_batch,
             r.errors
         ));
     }
+    let p = &engines.pgbench;
+    s.push_str(&format!(
+        "\nThe database's own limit, same run: `pgbench`, {} clients, one {}-byte insert per transaction, `synchronous_commit = on`, {} s: **{:.0} transactions/s** (`{}`).\n",
+        p.clients, p.row_bytes, p.seconds, p.tps, p.command
+    ));
     s
 }
 

@@ -176,8 +176,8 @@ pub struct Results {
     /// The servers.
     pub servers: Vec<ServerRun>,
     /// The engines rows (`--postgres`): RocksDB and PostgreSQL side by side.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub engines: Vec<crate::postgres::EngineRow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engines: Option<crate::postgres::Engines>,
     /// The ratios.
     pub ratios: Vec<Ratio>,
     /// The run's wall time, seconds.
