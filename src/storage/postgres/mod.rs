@@ -25,12 +25,14 @@
 //!   happened, and the next operation tries again (no restart needed).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use postgres::Client;
 use postgres::error::SqlState;
+use postgres::types::Type;
 
 mod connect;
 
@@ -508,7 +510,7 @@ fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError>
         "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1"
     };
     let row = c
-        .query_opt(sql, &[])
+        .query_typed_opt(sql, &[])
         .map_err(engine_err("reading the ledger's row"))?
         .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
     Ok(LedgerRow {
@@ -546,10 +548,12 @@ impl PgRead<'_> {
 }
 
 impl Read for PgRead<'_> {
+    // Reads and writes send their parameter types with the statement (`query_typed`): one
+    // round trip each, where an untyped statement is first prepared (a round trip of its own).
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         let sql = format!("SELECT v FROM {} WHERE k = $1", table(ks));
         self.with("read", |c| {
-            c.query_opt(&sql, &[&key])
+            c.query_typed_opt(&sql, &[(&key, Type::BYTEA)])
                 .map(|r| r.map(|row| row.get::<_, Vec<u8>>(0)))
         })
     }
@@ -557,7 +561,9 @@ impl Read for PgRead<'_> {
     fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let sql = format!("SELECT k, v FROM {} WHERE k = ANY($1)", table(ks));
         let wanted: Vec<&[u8]> = keys.to_vec();
-        let rows = self.with("read", |c| c.query(&sql, &[&wanted]))?;
+        let rows = self.with("read", |c| {
+            c.query_typed(&sql, &[(&wanted, Type::BYTEA_ARRAY)])
+        })?;
         let mut found = std::collections::HashMap::new();
         for row in rows {
             found.insert(row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1));
@@ -614,7 +620,9 @@ impl Iterator for PgScan<'_, '_> {
         }
         let (key, inclusive) = self.from.take()?;
         let sql = if inclusive { &self.first } else { &self.next };
-        let rows = match self.read.with("scan", |c| c.query(sql.as_str(), &[&key])) {
+        let rows = match self.read.with("scan", |c| {
+            c.query_typed(sql.as_str(), &[(&key, Type::BYTEA)])
+        }) {
             Ok(r) => r,
             Err(e) => {
                 self.failed = true;
@@ -663,20 +671,58 @@ impl Read for PgSnapshot<'_> {
     }
 }
 
+/// What a write transaction has read: a keyspace and key, and the value found (or none).
+type Seen = HashMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>;
+
 /// The write transaction: this process's writer slot (one at a time in the process) and,
 /// through `FOR UPDATE` on the ledger's row, the one writer across every server.
 struct PgTxn<'a> {
     read: PgRead<'a>,
     backend: Backend,
     slot: MutexGuard<'a, Option<(Client, Backend)>>,
+    /// Every key this transaction has read, with what it held (found or not). The head row's
+    /// lock keeps every other writer out until this transaction ends, and its own changes
+    /// reach the database only in `commit`, so a key read once holds the same value for the
+    /// rest of the transaction: read again (the gate reads a thread's head several times per
+    /// record), it costs no round trip. Bounded by what one batch reads.
+    seen: RefCell<Seen>,
 }
 
 impl Read for PgTxn<'_> {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        self.read.get(ks, key)
+        if let Some(v) = self.seen.borrow().get(&(ks, key.to_vec())) {
+            return Ok(v.clone());
+        }
+        let v = self.read.get(ks, key)?;
+        self.seen.borrow_mut().insert((ks, key.to_vec()), v.clone());
+        Ok(v)
     }
     fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
-        self.read.get_many(ks, keys)
+        let mut out: Vec<Option<Option<Vec<u8>>>> = {
+            let seen = self.seen.borrow();
+            keys.iter()
+                .map(|k| seen.get(&(ks, k.to_vec())).cloned())
+                .collect()
+        };
+        let missing: Vec<&[u8]> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if !missing.is_empty() {
+            let found = self.read.get_many(ks, &missing)?;
+            let mut seen = self.seen.borrow_mut();
+            let mut found = missing.iter().zip(found);
+            for o in out.iter_mut().filter(|o| o.is_none()) {
+                let (k, v) = found
+                    .next()
+                    .ok_or_else(|| StorageError::engine("read", "fewer answers than keys"))?;
+                seen.insert((ks, k.to_vec()), v.clone());
+                *o = Some(v);
+            }
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
     }
     fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
         self.read.scan(ks, start)
@@ -700,7 +746,7 @@ impl Drop for PgTxn<'_> {
 impl WriteTxn for PgTxn<'_> {
     fn now(&self) -> Result<Option<Timestamp>, StorageError> {
         let micros: i64 = self.read.with("reading the database's clock", |c| {
-            c.query_one(
+            c.query_typed_one(
                 "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
                 &[],
             )
@@ -774,7 +820,7 @@ fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> 
         }
     };
     for ks in changes.cleared() {
-        c.execute(&format!("DELETE FROM {}", table(*ks)), &[])
+        c.execute_typed(&format!("DELETE FROM {}", table(*ks)), &[])
             .map_err(fail)?;
     }
     for ks in Keyspace::ALL {
@@ -792,9 +838,9 @@ fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> 
             }
         }
         if !del.is_empty() {
-            c.execute(
+            c.execute_typed(
                 &format!("DELETE FROM {} WHERE k = ANY($1)", table(ks)),
-                &[&del],
+                &[(&del, Type::BYTEA_ARRAY)],
             )
             .map_err(fail)?;
         }
@@ -813,7 +859,10 @@ fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> 
                 table(ks)
             )
         };
-        if let Err(e) = c.execute(&sql, &[&put_k, &put_v]) {
+        if let Err(e) = c.execute_typed(
+            &sql,
+            &[(&put_k, Type::BYTEA_ARRAY), (&put_v, Type::BYTEA_ARRAY)],
+        ) {
             if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
                 return Err(StorageError::AppendOnly {
                     keyspace: ks,
@@ -878,6 +927,7 @@ impl Engine for PgEngine {
             },
             backend,
             slot,
+            seen: RefCell::new(HashMap::new()),
         }))
     }
 
