@@ -107,6 +107,24 @@ pub enum ErrorCode {
     /// A report would hold more group-windows (groups × windows) than one report may
     /// (100,000).
     ReportTooLarge,
+    /// A witness's `add-checkpoint` body is malformed, or its old size is larger than the
+    /// checkpoint's (protocol section 14.2).
+    InvalidAddCheckpoint,
+    /// A witness was sent a checkpoint of an origin it does not follow (protocol section 14.3).
+    UnknownOrigin,
+    /// A checkpoint sent to a witness has no valid signature by the log's key, or a signature
+    /// of the log's key that does not verify (protocol section 14.3).
+    InvalidLogSignature,
+    /// An `add-checkpoint` request's old size is not the size the witness last cosigned
+    /// (protocol section 14.3).
+    OldSizeMismatch,
+    /// A checkpoint sent to a witness is not consistent with the one it last cosigned: a bad
+    /// consistency proof, another root at the same size, a non-empty root at size 0 (protocol
+    /// section 14.3).
+    InconsistentCheckpoint,
+    /// A checkpoint carries valid cosignatures from fewer of the named witnesses than the
+    /// quorum (protocol section 14.4).
+    InsufficientCosignatures,
 }
 
 impl ErrorCode {
@@ -161,6 +179,12 @@ impl ErrorCode {
             InvalidReportRange => "invalid_report_range",
             TooManyWindows => "too_many_windows",
             ReportTooLarge => "report_too_large",
+            InvalidAddCheckpoint => "invalid_add_checkpoint",
+            UnknownOrigin => "unknown_origin",
+            InvalidLogSignature => "invalid_log_signature",
+            OldSizeMismatch => "old_size_mismatch",
+            InconsistentCheckpoint => "inconsistent_checkpoint",
+            InsufficientCosignatures => "insufficient_cosignatures",
         }
     }
 
@@ -174,22 +198,26 @@ impl ErrorCode {
             | UnknownReasonCode => 400,
             InvalidReportGroup | InvalidDuration | InvalidReportRange | TooManyWindows
             | ReportTooLarge => 400,
+            InvalidAddCheckpoint => 400,
             Unauthenticated => 401,
             Forbidden
             | ApproverNotAllowed
             | ApproverIsRequester
             | ApproverAlreadyApproved
             | BreakGlassNotAllowed
-            | ReviewerIsBreakGlassUser => 403,
-            NotFound | RequestNotFound | ThreadNotFound => 404,
+            | ReviewerIsBreakGlassUser
+            | InvalidLogSignature => 403,
+            NotFound | RequestNotFound | ThreadNotFound | UnknownOrigin => 404,
             AppendOnly | MethodNotAllowed => 405,
             Conflict
             | IdempotencyConflict
             | IdentifierInUse
             | BreakGlassActionMismatch
-            | NoBreakGlass => 409,
+            | NoBreakGlass
+            | OldSizeMismatch => 409,
             BodyTooLarge | RecordTooLarge => 413,
             UnsupportedMediaType => 415,
+            InconsistentCheckpoint | InsufficientCosignatures => 422,
             Overloaded | Unwritable | TokensFile | DataDir => 503,
             Storage | Corrupt | Internal => 500,
         }
@@ -399,6 +427,13 @@ mod tests {
         assert_eq!(ErrorCode::Unwritable.as_str(), "unwritable");
         assert_eq!(ErrorCode::TokensFile.http_status(), 503);
         assert_eq!(ErrorCode::TokensFile.as_str(), "tokens_file");
+        // The witness's answers are tlog-witness's statuses (protocol section 14.3).
+        assert_eq!(ErrorCode::InvalidAddCheckpoint.http_status(), 400);
+        assert_eq!(ErrorCode::InvalidLogSignature.http_status(), 403);
+        assert_eq!(ErrorCode::UnknownOrigin.http_status(), 404);
+        assert_eq!(ErrorCode::OldSizeMismatch.http_status(), 409);
+        assert_eq!(ErrorCode::InconsistentCheckpoint.http_status(), 422);
+        assert_eq!(ErrorCode::InsufficientCosignatures.http_status(), 422);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | 2 | [`format`](mod@format), [`storage`] | pure bytes; storage engines |
 //! | 3 | [`model`], [`verify`] | pure semantics; pure verification |
 //! | 3 | [`oversight`] | the oversight report's facts and aggregation, pure |
+//! | 3 | [`witness`] | witnessed checkpoints: cosignatures, the quorum, the witness's decision, pure |
 //! | 4 | [`index`] | derived state |
 //! | 5 | [`ledger`] | the writer, the gate, reads, proofs |
 //! | 6 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
@@ -32,6 +33,7 @@ pub mod server;
 pub mod storage;
 pub mod verify;
 pub mod wire;
+pub mod witness;
 
 #[cfg(test)]
 mod test_vectors;

@@ -28,10 +28,10 @@ use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
 /// Signature type byte of Ed25519 in C2SP signed notes.
-const ED25519_TYPE: u8 = 0x01;
+pub const ED25519_TYPE: u8 = 0x01;
 
 /// Prefix of every signature line: U+2014 EM DASH and a space.
-const SIG_PREFIX: &str = "\u{2014} ";
+pub const SIG_PREFIX: &str = "\u{2014} ";
 
 /// The most signature lines [`open`] accepts in one note (the C2SP spec requires at least 16).
 pub const MAX_SIGNATURES: usize = 100;
@@ -103,9 +103,16 @@ impl std::error::Error for NoteError {}
 
 /// The key id of an Ed25519 key: `SHA-256(name || 0x0A || 0x01 || public key)[:4]`.
 pub fn key_id(name: &str, public_key: &[u8; 32]) -> [u8; 4] {
+    typed_key_id(name, ED25519_TYPE, public_key)
+}
+
+/// The key id of a key of signature type `key_type` (a C2SP signed-note type byte, such as
+/// `0x01` for Ed25519 or `0x04` for an Ed25519 `cosignature/v1` key):
+/// `SHA-256(name || 0x0A || key_type || public key)[:4]`.
+pub fn typed_key_id(name: &str, key_type: u8, public_key: &[u8; 32]) -> [u8; 4] {
     let digest = Sha256::new()
         .chain_update(name.as_bytes())
-        .chain_update([b'\n', ED25519_TYPE])
+        .chain_update([b'\n', key_type])
         .chain_update(public_key)
         .finalize();
     let mut id = [0u8; 4];
@@ -155,12 +162,64 @@ fn check_text(text: &str) -> Result<(), NoteError> {
     Ok(())
 }
 
-/// Formats the verifier key string `<name>+<hex key id>+<base64(0x01 || public key)>`.
-fn format_verifier_key(name: &str, id: [u8; 4], public_key: &[u8; 32]) -> String {
+/// Formats the verifier key string `<name>+<hex key id>+<base64(key_type || public key)>` of
+/// a key with a 32-byte public key (Ed25519 `0x01`, or `0x04` for a `cosignature/v1` key).
+pub fn format_verifier_key(name: &str, key_type: u8, id: [u8; 4], public_key: &[u8; 32]) -> String {
     let mut material = [0u8; 33];
-    material[0] = ED25519_TYPE;
+    material[0] = key_type;
     material[1..].copy_from_slice(public_key);
     format!("{name}+{}+{}", hex::encode(id), BASE64.encode(material))
+}
+
+/// Parses a verifier key string `<name>+<key id>+<base64(key_type || public key)>` of an
+/// Ed25519 key of signature type `key_type` (`0x01` for note signatures, `0x04` for
+/// `cosignature/v1`), returning the name, the key id and the public key.
+///
+/// The key id must be 8 lowercase hex digits equal to [`typed_key_id`] of the name and key;
+/// the key material must be canonical standard base64 of the type byte and a 32-byte Ed25519
+/// public key that is a valid curve point of more than small order.
+///
+/// # Errors
+///
+/// [`NoteError::InvalidVerifierKey`] with the reason when any of this does not hold
+/// (including an invalid key name and another type byte).
+pub fn parse_verifier_key(
+    verifier_key: &str,
+    key_type: u8,
+) -> Result<(String, [u8; 4], VerifyingKey), NoteError> {
+    let bad = |reason: &str| NoteError::InvalidVerifierKey(reason.to_owned());
+    let (name, rest) = verifier_key
+        .split_once('+')
+        .ok_or_else(|| bad("missing '+' separators"))?;
+    let (id_hex, material_b64) = rest
+        .split_once('+')
+        .ok_or_else(|| bad("expected three '+'-separated parts"))?;
+    if !valid_key_name(name) {
+        return Err(bad("invalid key name"));
+    }
+    let id =
+        parse_lower_hex::<4>(id_hex).ok_or_else(|| bad("key id is not 8 lowercase hex digits"))?;
+    let material = BASE64
+        .decode(material_b64)
+        .map_err(|_| bad("key material is not canonical base64"))?;
+    let (&kind, public) = material
+        .split_first()
+        .ok_or_else(|| bad("empty key material"))?;
+    if kind != key_type {
+        return Err(bad("unsupported signature type"));
+    }
+    let public: [u8; 32] = public
+        .try_into()
+        .map_err(|_| bad("Ed25519 public key is not 32 bytes"))?;
+    if typed_key_id(name, key_type, &public) != id {
+        return Err(bad("key id does not match name and key"));
+    }
+    let key = VerifyingKey::from_bytes(&public)
+        .map_err(|_| bad("public key is not a valid Ed25519 point"))?;
+    if key.is_weak() {
+        return Err(bad("public key has small order"));
+    }
+    Ok((name.to_owned(), id, key))
 }
 
 /// Signs notes with an Ed25519 key under a key name.
@@ -228,7 +287,7 @@ impl NoteSigner {
 
     /// The verifier key string `<name>+<8 hex key id>+<base64(0x01 || public key)>`.
     pub fn verifier_key(&self) -> String {
-        format_verifier_key(&self.name, self.key_id, &self.public_key())
+        format_verifier_key(&self.name, ED25519_TYPE, self.key_id, &self.public_key())
     }
 
     /// Signs `text` (must be a valid note text: non-empty, ends in '\n', ...) and returns the
@@ -241,15 +300,19 @@ impl NoteSigner {
     pub fn sign(&self, text: &str) -> Result<String, NoteError> {
         check_text(text)?;
         let signature = self.key.sign(text.as_bytes()).to_bytes();
-        let mut payload = [0u8; 68];
-        payload[..4].copy_from_slice(&self.key_id);
-        payload[4..].copy_from_slice(&signature);
         Ok(format!(
-            "{text}\n{SIG_PREFIX}{} {}\n",
-            self.name,
-            BASE64.encode(payload)
+            "{text}\n{}",
+            signature_line(&self.name, self.key_id, &signature)
         ))
     }
+}
+
+/// One signature line `— <name> <base64(key id || signature)>` and its newline.
+pub fn signature_line(name: &str, key_id: [u8; 4], signature: &[u8]) -> String {
+    let mut payload = Vec::with_capacity(4 + signature.len());
+    payload.extend_from_slice(&key_id);
+    payload.extend_from_slice(signature);
+    format!("{SIG_PREFIX}{name} {}\n", BASE64.encode(payload))
 }
 
 /// A trusted Ed25519 verifier key: key name, key id and public key.
@@ -272,43 +335,8 @@ impl NoteVerifier {
     /// [`NoteError::InvalidVerifierKey`] with the reason when any of this does not hold
     /// (including an invalid key name).
     pub fn parse(verifier_key: &str) -> Result<Self, NoteError> {
-        let bad = |reason: &str| NoteError::InvalidVerifierKey(reason.to_owned());
-        let (name, rest) = verifier_key
-            .split_once('+')
-            .ok_or_else(|| bad("missing '+' separators"))?;
-        let (id_hex, material_b64) = rest
-            .split_once('+')
-            .ok_or_else(|| bad("expected three '+'-separated parts"))?;
-        if !valid_key_name(name) {
-            return Err(bad("invalid key name"));
-        }
-        let id = parse_lower_hex::<4>(id_hex)
-            .ok_or_else(|| bad("key id is not 8 lowercase hex digits"))?;
-        let material = BASE64
-            .decode(material_b64)
-            .map_err(|_| bad("key material is not canonical base64"))?;
-        let (&kind, public) = material
-            .split_first()
-            .ok_or_else(|| bad("empty key material"))?;
-        if kind != ED25519_TYPE {
-            return Err(bad("unsupported signature type"));
-        }
-        let public: [u8; 32] = public
-            .try_into()
-            .map_err(|_| bad("Ed25519 public key is not 32 bytes"))?;
-        if key_id(name, &public) != id {
-            return Err(bad("key id does not match name and key"));
-        }
-        let key = VerifyingKey::from_bytes(&public)
-            .map_err(|_| bad("public key is not a valid Ed25519 point"))?;
-        if key.is_weak() {
-            return Err(bad("public key has small order"));
-        }
-        Ok(NoteVerifier {
-            name: name.to_owned(),
-            key_id: id,
-            key,
-        })
+        let (name, key_id, key) = parse_verifier_key(verifier_key, ED25519_TYPE)?;
+        Ok(NoteVerifier { name, key_id, key })
     }
 
     /// The key name.
@@ -328,7 +356,7 @@ impl NoteVerifier {
 
     /// The verifier key string `<name>+<8 hex key id>+<base64(0x01 || public key)>`.
     pub fn to_verifier_key(&self) -> String {
-        format_verifier_key(&self.name, self.key_id, self.key.as_bytes())
+        format_verifier_key(&self.name, ED25519_TYPE, self.key_id, self.key.as_bytes())
     }
 
     /// Whether `signature` (without the key id) is a valid strict Ed25519 signature of `text`.
@@ -350,23 +378,34 @@ pub struct OpenedNote {
     pub verified_key_names: Vec<String>,
 }
 
-/// One parsed signature line.
-#[derive(Debug)]
-struct SigLine<'a> {
-    name: &'a str,
-    key_id: [u8; 4],
-    signature: Vec<u8>,
+/// One signature line of a note, parsed but not verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigLine<'a> {
+    /// The key name.
+    pub name: &'a str,
+    /// The first four bytes of the decoded signature: the key id.
+    pub key_id: [u8; 4],
+    /// The rest of the decoded signature (at least one byte).
+    pub signature: Vec<u8>,
 }
 
 /// A note split into text and signature lines, before any verification.
-#[derive(Debug)]
-struct ParsedNote<'a> {
-    text: &'a str,
-    signatures: Vec<SigLine<'a>>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedNote<'a> {
+    /// The text, ending in a newline (for a checkpoint: its body).
+    pub text: &'a str,
+    /// The signature lines, in order (at least one, at most [`MAX_SIGNATURES`]).
+    pub signatures: Vec<SigLine<'a>>,
 }
 
-/// Splits a note into its text and signature lines, checking the structure only.
-fn parse_note(note: &[u8]) -> Result<ParsedNote<'_>, NoteError> {
+/// Splits a note into its text and signature lines, checking the structure only (the rules of
+/// the [module documentation](self) that [`open`] checks before any signature); no signature
+/// is verified.
+///
+/// # Errors
+///
+/// [`NoteError::Malformed`] when the structure is wrong.
+pub fn parse_note(note: &[u8]) -> Result<ParsedNote<'_>, NoteError> {
     let malformed = |reason: &str| NoteError::Malformed(reason.to_owned());
     let note = std::str::from_utf8(note).map_err(|_| malformed("not UTF-8"))?;
     if note.chars().any(forbidden_in_note) {
@@ -504,7 +543,7 @@ fn body_lines(body: &str) -> Result<Vec<&str>, BodyError> {
 }
 
 /// Parses a decimal `u64` written without sign or leading zero (`0` itself is allowed).
-fn parse_decimal(s: &str) -> Option<u64> {
+pub fn parse_decimal(s: &str) -> Option<u64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
     {
         return None;
@@ -1364,6 +1403,7 @@ mod tests {
         identity[0] = 1;
         let weak = format_verifier_key(
             "example.com/weak",
+            ED25519_TYPE,
             key_id("example.com/weak", &identity),
             &identity,
         );
@@ -1382,6 +1422,7 @@ mod tests {
             .expect("some small y is off the curve");
         let off = format_verifier_key(
             "example.com/off",
+            ED25519_TYPE,
             key_id("example.com/off", &off_curve),
             &off_curve,
         );

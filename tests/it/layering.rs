@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The rank of each top-level module.
-const RANKS: [(&str, u8); 13] = [
+const RANKS: [(&str, u8); 14] = [
     ("error", 0),
     ("codec", 0),
     ("clock", 1),
@@ -14,6 +14,7 @@ const RANKS: [(&str, u8); 13] = [
     ("storage", 2),
     ("model", 3),
     ("oversight", 3),
+    ("witness", 3),
     ("verify", 4),
     ("index", 4),
     ("ledger", 5),

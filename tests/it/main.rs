@@ -35,3 +35,4 @@ mod tamper;
 mod tenants;
 mod tiles;
 mod verify_diff;
+mod witness;

@@ -1,0 +1,4 @@
+//! Witnessed checkpoints (protocol section 14): interoperability of the pure core with code the
+//! project did not write.
+
+mod interop;
