@@ -313,3 +313,60 @@ fn conformance_postgres() {
         Some(b"by another policy".to_vec())
     );
 }
+
+/// The PostgreSQL write transaction reads a key from the database once (`PgTxn::seen`): read
+/// again in the same transaction, found or not, alone or among others, it costs no query; a
+/// new transaction reads afresh, so it sees what another server committed in between.
+#[test]
+fn a_postgresql_write_transaction_reads_each_key_once_and_the_next_one_afresh() {
+    use hitl_ledger::storage::Durability;
+    use hitl_ledger::storage::postgres::PgEngine;
+    let (server, _cluster) = crate::engine::some_pg_server();
+    let url = crate::engine::fresh_database(&server);
+    PgEngine::create(&url, &pg_row()).unwrap();
+    let e = PgEngine::open(&url, pg_row()).unwrap();
+    let other = PgEngine::open(&url, pg_row()).unwrap();
+    let put = |engine: &PgEngine, v: &[u8]| {
+        let mut c = Changes::new();
+        c.put(Keyspace::Meta, b"a".to_vec(), v.to_vec());
+        engine
+            .begin_write()
+            .unwrap()
+            .commit(c, Durability::Synced)
+            .unwrap();
+    };
+    put(&e, b"1");
+
+    let t = e.begin_write().unwrap();
+    let before = e.reads();
+    assert_eq!(t.get(Keyspace::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(t.get(Keyspace::Meta, b"none").unwrap(), None);
+    assert_eq!(e.reads() - before, 2);
+    assert_eq!(t.get(Keyspace::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(t.get(Keyspace::Meta, b"none").unwrap(), None);
+    // Another keyspace's key of the same bytes is another key.
+    assert_eq!(t.get(Keyspace::Requests, b"a").unwrap(), None);
+    assert_eq!(e.reads() - before, 3);
+    // Keys all read before: no query; one new among them: one query.
+    let many = t.get_many(Keyspace::Meta, &[b"none", b"a", b"a"]).unwrap();
+    assert_eq!(many, vec![None, Some(b"1".to_vec()), Some(b"1".to_vec())]);
+    assert_eq!(e.reads() - before, 3);
+    let many = t
+        .get_many(Keyspace::Meta, &[b"none", b"a", b"b", b"a"])
+        .unwrap();
+    assert_eq!(
+        many,
+        vec![None, Some(b"1".to_vec()), None, Some(b"1".to_vec())]
+    );
+    assert_eq!(e.reads() - before, 4);
+    // b is known now.
+    assert_eq!(t.get(Keyspace::Meta, b"b").unwrap(), None);
+    assert_eq!(e.reads() - before, 4);
+    drop(t);
+
+    // Another server commits; this one's next transaction sees it.
+    put(&other, b"2");
+    let t = e.begin_write().unwrap();
+    assert_eq!(t.get(Keyspace::Meta, b"a").unwrap(), Some(b"2".to_vec()));
+    drop(t);
+}
