@@ -282,8 +282,8 @@ fn bench(cli: &Cli) -> BoxResult<()> {
         out.display(),
         ledger_bin.display()
     ));
-    if let (true, Some(url)) = (cli.engines_only, &cli.postgres) {
-        let engines = postgres::run(
+    let run_engines = |url: &str| {
+        postgres::run(
             &ledger_bin,
             &exe,
             url,
@@ -291,12 +291,11 @@ fn bench(cli: &Cli) -> BoxResult<()> {
             plan.warmup,
             plan.measure,
             &|m| log.say(m),
-        )?;
-        let md = format!(
-            "## Engines: durable appends, {} clients, fresh ledgers, `hitl-ledger serve`\n\n{}",
-            postgres::CLIENTS,
-            postgres::markdown(&engines)
-        );
+        )
+    };
+    if let (true, Some(url)) = (cli.engines_only, &cli.postgres) {
+        let engines = run_engines(url)?;
+        let md = postgres::section(&engines);
         std::fs::write(out.join("engines-results.md"), &md)?;
         std::fs::write(
             out.join("engines-results.json"),
@@ -457,15 +456,7 @@ fn bench(cli: &Cli) -> BoxResult<()> {
     let verify_after_http = Some(run_verify(&ledger_bin, &built.dir, leaves.mean_bytes)?);
 
     let engines = match &cli.postgres {
-        Some(url) => Some(postgres::run(
-            &ledger_bin,
-            &exe,
-            url,
-            &work,
-            plan.warmup,
-            plan.measure,
-            &|m| log.say(m),
-        )?),
+        Some(url) => Some(run_engines(url)?),
         None => None,
     };
 
@@ -503,11 +494,8 @@ fn bench(cli: &Cli) -> BoxResult<()> {
 
     let mut md = report::markdown(&results);
     if let Some(engines) = &results.engines {
-        md.push_str(&format!(
-            "\n## Engines: durable appends, {} clients, fresh ledgers, `hitl-ledger serve`\n\n{}",
-            postgres::CLIENTS,
-            postgres::markdown(engines)
-        ));
+        md.push('\n');
+        md.push_str(&postgres::section(engines));
     }
     std::fs::write(out.join("results.md"), &md)?;
     std::fs::write(

@@ -452,6 +452,14 @@ pub fn run(
     Ok(Engines { pgbench, rows })
 }
 
+/// The engines section of a report: its heading, the rows and the `pgbench` limit.
+pub fn section(engines: &Engines) -> String {
+    format!(
+        "## Engines: durable appends, {CLIENTS} clients, fresh ledgers, `hitl-ledger serve`\n\n{}",
+        markdown(engines)
+    )
+}
+
 /// The rows as a Markdown table, the `pgbench` limit under it.
 pub fn markdown(engines: &Engines) -> String {
     let mut s = String::from(
