@@ -67,11 +67,15 @@ pub enum Keyspace {
     Denials,
     /// The oversight report's fact of each record that has one, by seq.
     Facts,
+    /// Witness data, not derived from the records and not append-only: the cosignatures the
+    /// ledger collected for its checkpoints and its per-witness submission state; in a
+    /// witness's own data directory, the logs it follows and what it last cosigned for each.
+    Witness,
 }
 
 impl Keyspace {
     /// Every keyspace.
-    pub const ALL: [Keyspace; 16] = [
+    pub const ALL: [Keyspace; 17] = [
         Keyspace::Records,
         Keyspace::Checkpoints,
         Keyspace::Meta,
@@ -88,6 +92,7 @@ impl Keyspace {
         Keyspace::Deadlines,
         Keyspace::Denials,
         Keyspace::Facts,
+        Keyspace::Witness,
     ];
 
     /// The keyspaces derived from the records (rebuilt by `reindex`, compared by `verify`).
@@ -127,6 +132,7 @@ impl Keyspace {
             Keyspace::Deadlines => "deadlines",
             Keyspace::Denials => "denials",
             Keyspace::Facts => "facts",
+            Keyspace::Witness => "witness",
         }
     }
 
