@@ -1460,10 +1460,20 @@ async function runVerify(bytes, source) {
     $('verify-key').focus();
     return;
   }
+  const witnessKeys = $('verify-witnesses').value.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+  const minText = $('verify-min-witnesses').value.trim();
+  const policy = witnessKeys.length === 0 && minText === ''
+    ? null
+    : { keys: witnessKeys, min: minText === '' ? null : Number(minText) };
+  if (policy && witnessKeys.length === 0) {
+    out.append(el('p', { class: 'error', role: 'alert' }, 'A number of cosignatures needs witness keys: paste them, one per line.'));
+    $('verify-witnesses').focus();
+    return;
+  }
   out.append(el('p', {}, `Verifying ${source}…`));
   let result;
   try {
-    result = await verifyBundle(bytes, key);
+    result = await verifyBundle(bytes, key, policy);
   } catch (e) {
     clear(out);
     const msg = e instanceof EnvironmentError ? e.message : `the verifier failed: ${e.message}`;
@@ -1480,7 +1490,7 @@ async function runVerify(bytes, source) {
       `Not verified. First failure: `, el('code', { text: report.problem.code }),
       report.problem.seq === null ? '' : ` at record seq ${report.problem.seq}`, ': ', vis(report.problem.message));
   const list = el('ol', { class: 'checks', id: 'checks' });
-  const label = { pass: 'passed', fail: 'FAILED', incomplete: 'stopped', not_run: 'not run' };
+  const label = { pass: 'passed', fail: 'FAILED', incomplete: 'stopped', skipped: 'skipped', not_run: 'not run' };
   for (const c of checks) {
     list.append(el('li', { class: `check ${c.status}`, 'data-check': c.id, 'data-status': c.status },
       el('strong', {}, `${label[c.status]}: `), c.title,

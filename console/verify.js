@@ -38,6 +38,8 @@ export const CHECKS = [
     what: "The bundle names exactly the trusted verifier key, and its origin is the key's name." },
   { id: 'checkpoint', title: 'Checkpoint signature (C2SP signed note, Ed25519)', codes: ['checkpoint_signature', 'checkpoint_body'],
     what: 'The checkpoint is signed by the trusted key and is a well-formed tlog checkpoint of this origin.' },
+  { id: 'witnesses', title: 'Cosigned by the named witnesses (C2SP tlog-cosignature)', codes: ['insufficient_cosignatures'],
+    what: 'With witness keys given: the checkpoint carries valid cosignature/v1 cosignatures over exactly its body from at least the quorum of distinct named witnesses. Skipped without witness keys.' },
   { id: 'thread_head', title: 'Thread-head signature (C2SP signed note, Ed25519)', codes: ['thread_head_signature', 'thread_head_body'],
     what: "The thread head is signed by the trusted key and is a well-formed thread-head v1 body." },
   { id: 'leaves', title: 'Canonical leaves (RFC 8785)', codes: ['leaf_encoding', 'leaf_not_canonical'], perRecord: true,
@@ -274,6 +276,20 @@ export function validId(s) {
  * @throws {Error} naming what is wrong; EnvironmentError when the browser has no Ed25519
  */
 export async function parseVerifierKey(text) {
+  return parseKey(text, 0x01);
+}
+
+/**
+ * Parses a witness's C2SP `cosignature/v1` verifier key
+ * `<name>+<key id hex>+<base64(0x04 || Ed25519 public key)>` (docs/protocol.md 14.1).
+ * @param {string} text
+ * @throws {Error} naming what is wrong; EnvironmentError when the browser has no Ed25519
+ */
+export async function parseWitnessKey(text) {
+  return parseKey(text, 0x04);
+}
+
+async function parseKey(text, type) {
   if (typeof text !== 'string') throw new Error('the verifier key is not text');
   const a = text.indexOf('+');
   if (a < 0) throw new Error("missing '+' separators");
@@ -289,10 +305,10 @@ export async function parseVerifierKey(text) {
   const material = b64decode(materialB64);
   if (!material) throw new Error('key material is not canonical base64');
   if (material.length === 0) throw new Error('empty key material');
-  if (material[0] !== 0x01) throw new Error('unsupported signature type');
+  if (material[0] !== type) throw new Error('unsupported signature type');
   const publicKey = material.slice(1);
   if (publicKey.length !== 32) throw new Error('Ed25519 public key is not 32 bytes');
-  const id = (await sha256(UTF8.encode(name), Uint8Array.of(0x0a, 0x01), publicKey)).slice(0, 4);
+  const id = (await sha256(UTF8.encode(name), Uint8Array.of(0x0a, type), publicKey)).slice(0, 4);
   if (!bytesEqual(id, keyId)) throw new Error('key id does not match name and key');
   const point = decompress(publicKey);
   if (!point) throw new Error('public key is not a valid Ed25519 point');
@@ -317,12 +333,8 @@ async function ed25519Verify(key, message, signature) {
 
 class NoteError extends Error {}
 
-/**
- * Opens a C2SP signed note against one trusted key: returns the signed text (with its final
- * newline). Signatures by other keys are ignored; a signature by the trusted key that does not
- * verify rejects the note.
- */
-async function openNote(note, key) {
+/** A C2SP signed note's text (final newline included) and signature lines, structure only. */
+function parseNote(note) {
   for (const ch of note) {
     if (ch < '\u0020' && ch !== '\n') throw new NoteError('malformed note: control character other than newline');
   }
@@ -347,6 +359,16 @@ async function openNote(note, key) {
     if (raw.length < 5) throw new NoteError('malformed note: signature shorter than 5 bytes');
     sigs.push({ name, keyId: raw.slice(0, 4), signature: raw.slice(4) });
   }
+  return { text, sigs };
+}
+
+/**
+ * Opens a C2SP signed note against one trusted key: returns the signed text (with its final
+ * newline). Signatures by other keys are ignored; a signature by the trusted key that does not
+ * verify rejects the note.
+ */
+async function openNote(note, key) {
+  const { text, sigs } = parseNote(note);
   const message = UTF8.encode(text);
   let verified = false;
   for (const s of sigs) {
@@ -358,6 +380,30 @@ async function openNote(note, key) {
   }
   if (!verified) throw new NoteError('note has no signature by a trusted key');
   return text;
+}
+
+const MAX_TIMESTAMP = (1n << 63n) - 1n;
+
+/**
+ * The named witnesses (parsed witness keys) with a valid `cosignature/v1` line in the note
+ * whose signed text is `text` (docs/protocol.md 14.4): the line's name and key id are the
+ * witness's, its payload is 8 bytes of timestamp (at most 2^63 - 1) and 64 of signature, and
+ * the signature verifies over `cosignature/v1\ntime <t>\n` and exactly this text. Each witness
+ * (each public key) counts once; other lines are ignored.
+ */
+async function countCosignatures(text, sigs, witnesses) {
+  const found = [];
+  for (const s of sigs) {
+    for (const w of witnesses) {
+      if (found.some((f) => bytesEqual(f.publicKey, w.publicKey))) continue;
+      if (s.name !== w.name || !bytesEqual(s.keyId, w.keyId) || s.signature.length !== 72) continue;
+      const ts = s.signature.slice(0, 8).reduce((n, b) => (n << 8n) | BigInt(b), 0n);
+      if (ts > MAX_TIMESTAMP) continue;
+      const message = UTF8.encode(`cosignature/v1\ntime ${ts}\n${text}`);
+      if (await ed25519Verify(w, message, s.signature.slice(8))) found.push(w);
+    }
+  }
+  return found;
 }
 
 function bodyLines(body) {
@@ -1117,16 +1163,20 @@ async function openHead(note, key, what, check) {
  *
  * @param {Uint8Array} bytes the bundle file, exactly as received
  * @param {string} keyText the trusted verifier key
+ * @param {{keys: string[], min: number|null}|null} witnessPolicy witness verifier keys and the
+ *   quorum (null: every distinct witness named), as `verify-export --witness --min-witnesses`;
+ *   null or no keys: no policy (the check is `skipped`)
  * @returns {Promise<{report: object, checks: Array<{id: string, title: string, what: string, status: string, detail: string}>, records: object[]}>}
  *   `report` is what `hitl-ledger verify-export --format json` prints: `{ok, records,
  *   decisions, rejections, first_ts, last_ts, problem}` with `problem` null or `{code,
- *   message, seq}`. `checks` gives each check's status (`pass`, `fail`, `incomplete` or
+ *   message, seq}`. `checks` gives each check's status (`pass`, `fail`, `incomplete`, `skipped` or
  *   `not_run`). `records` are the bundle's records when every check passed.
  * @throws {EnvironmentError} when the browser cannot verify at all (no WebCrypto or Ed25519)
  */
-export async function verifyBundle(bytes, keyText) {
+export async function verifyBundle(bytes, keyText, witnessPolicy = null) {
   const report = { ok: false, records: 0, decisions: 0, rejections: 0, first_ts: null, last_ts: null, problem: null };
   const passed = new Set();
+  const skipped = new Set();
   const details = new Map();
   const records = [];
   const stop = { at: null }; // the thread record being checked when a per-record check failed
@@ -1138,6 +1188,24 @@ export async function verifyBundle(bytes, keyText) {
     } catch (e) {
       if (e instanceof EnvironmentError) throw e;
       throw new Problem('bad_input', `the trusted key is not a verifier key: ${e.message}`);
+    }
+    const policyKeys = witnessPolicy && witnessPolicy.keys.length > 0 ? witnessPolicy : null;
+    let witnesses = [];
+    let quorum = 0;
+    if (policyKeys) {
+      for (const k of policyKeys.keys) {
+        try {
+          witnesses.push(await parseWitnessKey(k));
+        } catch (e) {
+          if (e instanceof EnvironmentError) throw e;
+          throw new Problem('bad_input', `the witness key ${q(k)} is not a cosignature/v1 verifier key: ${e.message}`);
+        }
+      }
+      const distinct = new Set(witnesses.map((w) => toHex(w.publicKey))).size;
+      quorum = policyKeys.min ?? distinct;
+      if (!Number.isInteger(quorum) || quorum < 1 || quorum > distinct) {
+        throw new Problem('bad_input', `the quorum must be between 1 and the ${distinct} distinct witnesses named`);
+      }
     }
     const b = parseBundle(bytes);
     report.records = b.entries.length;
@@ -1168,6 +1236,19 @@ export async function verifyBundle(bytes, keyText) {
     }
     passed.add('checkpoint');
     details.set('checkpoint', `tree of ${cp.size} records, root ${toHex(cp.root)}`);
+    if (policyKeys) {
+      const { sigs } = parseNote(b.checkpoint);
+      const found = await countCosignatures(cpText, sigs, witnesses);
+      if (found.length < quorum) {
+        throw new Problem('insufficient_cosignatures',
+          `checkpoint: checkpoint has valid cosignatures from ${found.length} of the ${witnesses.length} named witnesses, below the quorum of ${quorum}`);
+      }
+      report.witnesses = found.map((w) => w.name);
+      passed.add('witnesses');
+      details.set('witnesses', `cosigned by ${found.length} of ${witnesses.length} named (quorum ${quorum}): ${report.witnesses.join(', ')}`);
+    } else {
+      skipped.add('witnesses');
+    }
     const th = await openHead(b.threadHead, key, 'thread head', null);
     passed.add('thread_head');
     details.set('thread_head', `thread ${q(th.thread)}: ${th.size} records, head ${toHex(th.head)}, tree ${th.tree}`);
@@ -1241,6 +1322,10 @@ export async function verifyBundle(bytes, keyText) {
       status = 'fail';
       detail = report.problem.message;
     } else if (passed.has(c.id)) status = 'pass';
+    else if (skipped.has(c.id)) {
+      status = 'skipped';
+      detail = 'no witness keys given';
+    }
     else if (c.perRecord && stoppedAt !== null && failedPerRecord) {
       status = 'incomplete';
       // Each record goes through the per-record checks in CHECKS order: those before the

@@ -332,9 +332,10 @@ impl Problem {
 }
 
 impl BundleReport {
-    /// `{"ok", "records", "decisions", "rejections", "first_ts", "last_ts", "problem"}`.
+    /// `{"ok", "records", "decisions", "rejections", "first_ts", "last_ts", "problem"}`, and
+    /// `"witnesses"` (the names of the witnesses counted) under a witness policy.
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "ok": self.ok(),
             "records": self.records,
             "decisions": self.decisions,
@@ -342,7 +343,11 @@ impl BundleReport {
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
             "problem": self.problem.as_ref().map(Problem::to_json),
-        })
+        });
+        if let Some(w) = &self.witnesses {
+            v["witnesses"] = json!(w);
+        }
+        v
     }
 }
 

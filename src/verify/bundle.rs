@@ -1,6 +1,7 @@
 //! `verify-export`: one thread's bundle, offline, trusting only a verifier key.
 
 use super::rules::RuleReplay;
+use super::witnessed::WitnessPolicy;
 use super::{Problem, ProblemCode, leaf_problem};
 use crate::format::bundle::Bundle;
 use crate::format::merkle::{self, Hash};
@@ -22,6 +23,9 @@ pub struct BundleReport {
     pub last_ts: Option<String>,
     /// The first problem; `bad_input` means the bundle's structure or the key is wrong.
     pub problem: Option<Problem>,
+    /// With a witness policy: the names of the witnesses whose cosignature of the bundle's
+    /// checkpoint counted (`None` without one).
+    pub witnesses: Option<Vec<String>>,
 }
 
 impl BundleReport {
@@ -55,6 +59,17 @@ fn parse_proof(proof: &[String]) -> Option<Vec<Hash>> {
 /// (encoding, canonical form, envelope, seq, order, origin, thread, inclusion proof, thread
 /// chain), and finally the thread head against the last record. Never panics.
 pub fn verify_bundle(bytes: &[u8], key: &str) -> BundleReport {
+    verify_bundle_witnessed(bytes, key, None)
+}
+
+/// [`verify_bundle`] under a witness policy: after the checkpoint's log signature and body
+/// (checks 5 and 6), its note must carry cosignatures of the policy's quorum of witnesses,
+/// else `insufficient_cosignatures` (check 6a, protocol 6.2 and 14.4).
+pub fn verify_bundle_witnessed(
+    bytes: &[u8],
+    key: &str,
+    witnesses: Option<&WitnessPolicy>,
+) -> BundleReport {
     let mut report = BundleReport {
         records: 0,
         decisions: 0,
@@ -62,14 +77,20 @@ pub fn verify_bundle(bytes: &[u8], key: &str) -> BundleReport {
         first_ts: None,
         last_ts: None,
         problem: None,
+        witnesses: None,
     };
-    if let Err(p) = check_bundle(bytes, key, &mut report) {
+    if let Err(p) = check_bundle(bytes, key, witnesses, &mut report) {
         report.problem = Some(p);
     }
     report
 }
 
-fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<(), Problem> {
+fn check_bundle(
+    bytes: &[u8],
+    key: &str,
+    witnesses: Option<&WitnessPolicy>,
+    report: &mut BundleReport,
+) -> Result<(), Problem> {
     let verifier =
         NoteVerifier::parse(key).map_err(|e| bad(format!("--key is not a verifier key: {e}")))?;
     let (b, policy_error) = parse(bytes)?;
@@ -109,6 +130,9 @@ fn check_bundle(bytes: &[u8], key: &str, report: &mut BundleReport) -> Result<()
                 crate::codec::quoted(&b.origin)
             ),
         ));
+    }
+    if let Some(policy) = witnesses {
+        report.witnesses = Some(policy.check(b.checkpoint.as_bytes())?);
     }
     let th = open_head(&b.thread_head, &verifier)?;
     let replayed = check_chain(

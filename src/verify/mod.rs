@@ -13,11 +13,13 @@ mod governance;
 pub mod index_cmp;
 pub mod rules;
 pub mod trusted;
+pub mod witnessed;
 
-pub use bundle::{BundleReport, verify_bundle};
+pub use bundle::{BundleReport, verify_bundle, verify_bundle_witnessed};
 pub use chain::{ChainCheck, Checked, ReadEntry, read_entry};
 pub use index_cmp::compare_index;
 pub use trusted::check_trusted;
+pub use witnessed::WitnessPolicy;
 
 /// A stable problem code. The string form ([`ProblemCode::as_str`]) is part of the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,11 +90,13 @@ pub enum ProblemCode {
     TrustedSize,
     /// The log is not an extension of the trusted checkpoint (rewrite).
     TrustedRoot,
+    /// The checkpoint lacks cosignatures from the quorum of named witnesses (protocol 14.4).
+    InsufficientCosignatures,
 }
 
 impl ProblemCode {
     /// Every code.
-    pub const ALL: [ProblemCode; 33] = [
+    pub const ALL: [ProblemCode; 34] = [
         ProblemCode::BadInput,
         ProblemCode::VerifierKeyMismatch,
         ProblemCode::OriginMismatch,
@@ -126,6 +130,7 @@ impl ProblemCode {
         ProblemCode::TrustedOrigin,
         ProblemCode::TrustedSize,
         ProblemCode::TrustedRoot,
+        ProblemCode::InsufficientCosignatures,
     ];
 
     /// The stable string of the code.
@@ -164,6 +169,7 @@ impl ProblemCode {
             ProblemCode::TrustedOrigin => "trusted_origin",
             ProblemCode::TrustedSize => "trusted_size",
             ProblemCode::TrustedRoot => "trusted_root",
+            ProblemCode::InsufficientCosignatures => "insufficient_cosignatures",
         }
     }
 }

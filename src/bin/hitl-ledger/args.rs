@@ -233,6 +233,13 @@ pub enum Command {
         /// The verifier key, `<name>+<key id>+<base64>`.
         #[arg(long)]
         key: String,
+        /// A witness's `cosignature/v1` verifier key (repeatable): the bundle's checkpoint
+        /// must carry cosignatures of --min-witnesses of them.
+        #[arg(long = "witness")]
+        witnesses: Vec<String>,
+        /// How many distinct named witnesses must have cosigned (default: all of them).
+        #[arg(long)]
+        min_witnesses: Option<usize>,
     },
     /// The oversight report (protocol section 13): per tool, reviewer or agent and window,
     /// requests, decisions, approval rate, reasons, decision times, queue age, grants,

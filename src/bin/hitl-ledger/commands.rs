@@ -151,7 +151,12 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             crate::serve::serve(&dir, &listen, tokens, policy, commit, streams)
         }
         Command::Export { thread, out: path } => export(&dir, f, &thread, path.as_deref()),
-        Command::VerifyExport { file, key } => verify_export(f, &file, &key),
+        Command::VerifyExport {
+            file,
+            key,
+            witnesses,
+            min_witnesses,
+        } => verify_export(f, &file, &key, &witnesses, min_witnesses),
         Command::Report {
             since,
             until,
@@ -523,21 +528,34 @@ fn export(dir: &Path, f: Format, thread: &str, path: Option<&Path>) -> Result<Ou
     Ok(Outcome::Done)
 }
 
-pub(crate) fn verify_export(f: Format, file: &Path, key: &str) -> Result<Outcome> {
+pub(crate) fn verify_export(
+    f: Format,
+    file: &Path,
+    key: &str,
+    witnesses: &[String],
+    min_witnesses: Option<usize>,
+) -> Result<Outcome> {
+    let policy =
+        hitl_ledger::verify::WitnessPolicy::new(witnesses, min_witnesses).map_err(usage)?;
     let bytes = std::fs::read(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
-    let report = hitl_ledger::verify::verify_bundle(&bytes, key);
+    let report = hitl_ledger::verify::verify_bundle_witnessed(&bytes, key, policy.as_ref());
     if f == Format::Json {
         print_json(&report.to_json());
     } else {
         match &report.problem {
-            None => out(&format!(
-                "ok: {} records ({} decisions, {} rejections) from {} to {}",
-                report.records,
-                report.decisions,
-                report.rejections,
-                report.first_ts.clone().unwrap_or("-".into()),
-                report.last_ts.clone().unwrap_or("-".into())
-            )),
+            None => {
+                out(&format!(
+                    "ok: {} records ({} decisions, {} rejections) from {} to {}",
+                    report.records,
+                    report.decisions,
+                    report.rejections,
+                    report.first_ts.clone().unwrap_or("-".into()),
+                    report.last_ts.clone().unwrap_or("-".into())
+                ));
+                if let Some(w) = &report.witnesses {
+                    out(&format!("cosigned by {}: {}", w.len(), w.join(", ")));
+                }
+            }
             Some(p) => {
                 let seq = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
                 if p.code == hitl_ledger::verify::ProblemCode::BadInput {

@@ -78,6 +78,8 @@ pub fn report(dir: &Path, f: Format, a: &Args) -> Result<Outcome> {
                         },
                         file,
                         key,
+                        &[],
+                        None,
                     );
                 }
             }
