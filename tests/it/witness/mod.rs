@@ -1,4 +1,6 @@
 //! Witnessed checkpoints (protocol section 14): interoperability of the pure core with code the
 //! project did not write.
 
+mod crash;
 mod interop;
+mod server;
