@@ -425,6 +425,17 @@ fn a_body_over_64_kib_is_413_without_being_read() {
         (a.status, a.header("x-hitl-error")),
         (413, Some("body_too_large"))
     );
+    // Declared over the cap and no byte of the body sent: answered at once.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: {}\r\n\r\n",
+        (64 << 10) + 1
+    )
+    .unwrap();
+    let a = read_answer(&mut s).unwrap();
+    assert_eq!(a.status, 413, "{}", a.body);
     // Chunked, no length: read up to the cap, then 413.
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
