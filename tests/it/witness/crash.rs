@@ -19,31 +19,41 @@ use super::server::{body, http, new_witness, start, witness};
 const ORIGIN: &str = "crash.example/log";
 /// The forks share the first `DIVERGE` leaves.
 const DIVERGE: u64 = 5;
-const MAX: u64 = 1000;
+/// The forks' leaves: more than the runs reach (up to about 100 cosignatures of 1 to 4 leaves a run).
+fn max_for(iterations: usize) -> u64 {
+    (iterations as u64 * 500).max(5000)
+}
 
 struct Fork {
     tree: MemoryTree,
     key: NoteSigner,
+    /// The root at every size, computed once.
+    roots: Vec<Hash>,
+    max: u64,
 }
 
 impl Fork {
-    fn new(tag: &str) -> Fork {
+    fn new(tag: &str, max: u64) -> Fork {
         let mut tree = MemoryTree::new();
-        for i in 0..MAX {
+        let mut roots = vec![root(&tree, 0).unwrap()];
+        for i in 0..max {
             let leaf = if i < DIVERGE {
                 format!("common {i}")
             } else {
                 format!("{tag} {i}")
             };
             tree.push(&leaf_hash(leaf.as_bytes()));
+            roots.push(root(&tree, i + 1).unwrap());
         }
         Fork {
             tree,
             key: NoteSigner::from_seed(ORIGIN, &[5; 32]).unwrap(),
+            roots,
+            max,
         }
     }
     fn root(&self, size: u64) -> Hash {
-        root(&self.tree, size).unwrap()
+        self.roots[size as usize]
     }
     fn note(&self, size: u64) -> String {
         let cp = Checkpoint {
@@ -82,7 +92,7 @@ fn client(
     };
     let mut old = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let size = (old + 1 + next() % 4).min(MAX);
+        let size = (old + 1 + next() % 4).min(forks[f].max);
         let note = forks[f].note(size);
         let Ok(a) = http(
             addr,
@@ -98,7 +108,7 @@ fn client(
                     .unwrap()
                     .push((f, size, format!("{note}{}", a.body)));
                 old = size;
-                if size == MAX {
+                if size == forks[f].max {
                     return;
                 }
             }
@@ -120,7 +130,8 @@ fn cosignatures_survive_kills_on_one_history() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let (_t, dir, vkey) = new_witness();
-    let forks = [Fork::new("a"), Fork::new("b")];
+    let max = max_for(iterations);
+    let forks = [Fork::new("a", max), Fork::new("b", max)];
     let (code, _, err) = witness(
         &dir,
         &[
