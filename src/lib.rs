@@ -34,6 +34,7 @@ pub mod storage;
 pub mod verify;
 pub mod wire;
 pub mod witness;
+pub mod witness_server;
 
 #[cfg(test)]
 mod test_vectors;

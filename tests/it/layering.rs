@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The rank of each top-level module.
-const RANKS: [(&str, u8); 14] = [
+const RANKS: [(&str, u8); 15] = [
     ("error", 0),
     ("codec", 0),
     ("clock", 1),
@@ -21,6 +21,7 @@ const RANKS: [(&str, u8); 14] = [
     ("audit", 6),
     ("wire", 6),
     ("server", 7),
+    ("witness_server", 7),
 ];
 
 fn rank(module: &str) -> Option<u8> {

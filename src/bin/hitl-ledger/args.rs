@@ -271,6 +271,13 @@ pub enum Command {
         #[arg(long, requires = "bundle")]
         key: Option<String>,
     },
+    /// Run a witness of other logs (protocol section 14.5), in its own data directory:
+    /// `init`, `key`, `add-log`, `logs`, `serve`.
+    Witness {
+        /// What to do.
+        #[command(subcommand)]
+        action: WitnessCommand,
+    },
 }
 
 /// Token commands.
@@ -320,4 +327,35 @@ pub fn default_data_dir() -> PathBuf {
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
     home.join(".local/share/hitl-ledger")
+}
+
+/// Witness commands (`--data` names the witness's own directory).
+#[derive(Debug, Subcommand)]
+pub enum WitnessCommand {
+    /// Create the witness's directory (which must not exist) with a fresh key; prints its
+    /// verifier key.
+    Init {
+        /// The witness's name (a key name, e.g. compliance.example/witness).
+        #[arg(long)]
+        name: String,
+    },
+    /// Print the witness's verifier key.
+    Key,
+    /// Follow a log: its origin and one of its Ed25519 verifier keys (repeat for more keys).
+    AddLog {
+        /// The log's origin (the checkpoints' first line).
+        #[arg(long)]
+        origin: String,
+        /// The log's verifier key, `<name>+<key id>+<base64(0x01 || key)>`.
+        #[arg(long)]
+        key: String,
+    },
+    /// List the followed logs: origin, key, size last cosigned.
+    Logs,
+    /// Serve `POST /add-checkpoint`, `GET /checkpoint?origin=` and `GET /healthz`.
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the first line printed names it).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        listen: String,
+    },
 }

@@ -25,6 +25,7 @@ use hitl_ledger::wire;
 /// The command's error (printed by the caller with its code).
 pub fn run(cli: Cli) -> Result<Outcome> {
     let dir = cli.data.clone().unwrap_or_else(default_data_dir);
+    let cli_data = cli.data.clone();
     let f = cli.format;
     let text_or_json = [Format::Text, Format::Json];
     let name = command_name(&cli.command);
@@ -180,6 +181,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 key,
             },
         ),
+        Command::Witness { action } => crate::witness::run(cli_data, f, action),
     }
 }
 
@@ -205,6 +207,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Export { .. } => "export",
         Command::VerifyExport { .. } => "verify-export",
         Command::Report { .. } => "report",
+        Command::Witness { .. } => "witness",
     }
 }
 
