@@ -11,6 +11,7 @@ mod output;
 mod report;
 mod serve;
 mod user;
+mod witnesses;
 
 fn main() {
     let cli = args::Cli::parse();
