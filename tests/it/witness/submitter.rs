@@ -34,6 +34,8 @@ enum Mode {
     WrongKey,
     /// 409 with the very size it was sent, forever.
     Loop409,
+    /// 409 claiming a tree larger than the ledger's: a fork or rollback alarm.
+    Ahead,
 }
 
 struct Fake {
@@ -41,6 +43,8 @@ struct Fake {
     signer: CosignatureSigner,
     state: Arc<Mutex<Option<LogState>>>,
     requests: Arc<Mutex<u64>>,
+    /// Bytes of a `Huge` answer written before the client hung up, once it did.
+    sent: Arc<Mutex<Option<u64>>>,
 }
 
 fn fake(name: &str, seed: u8, mode: Mode, log: NoteVerifier, state: Option<LogState>) -> Fake {
@@ -50,19 +54,26 @@ fn fake(name: &str, seed: u8, mode: Mode, log: NoteVerifier, state: Option<LogSt
     let wrong = CosignatureSigner::from_seed(name, &[seed ^ 0xff; 32]).unwrap();
     let state = Arc::new(Mutex::new(state));
     let requests = Arc::new(Mutex::new(0u64));
-    let (st, rq, sg) = (Arc::clone(&state), Arc::clone(&requests), signer.clone());
+    let sent = Arc::new(Mutex::new(None));
+    let (st, rq, sg, se) = (
+        Arc::clone(&state),
+        Arc::clone(&requests),
+        signer.clone(),
+        Arc::clone(&sent),
+    );
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
-            let (st, rq, sg, wrong, log) = (
+            let (st, rq, sg, wrong, log, se) = (
                 Arc::clone(&st),
                 Arc::clone(&rq),
                 sg.clone(),
                 wrong.clone(),
                 log.clone(),
+                Arc::clone(&se),
             );
             std::thread::spawn(move || {
-                let _ = answer(conn, mode, &st, &rq, &sg, &wrong, &log);
+                let _ = answer(conn, mode, &st, &rq, &sg, &wrong, &log, &se);
             });
         }
     });
@@ -71,9 +82,11 @@ fn fake(name: &str, seed: u8, mode: Mode, log: NoteVerifier, state: Option<LogSt
         signer,
         state,
         requests,
+        sent,
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one fake witness's whole state, passed apart
 fn answer(
     mut conn: TcpStream,
     mode: Mode,
@@ -82,6 +95,7 @@ fn answer(
     signer: &CosignatureSigner,
     wrong: &CosignatureSigner,
     log: &NoteVerifier,
+    sent: &Mutex<Option<u64>>,
 ) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -125,11 +139,17 @@ fn answer(
                 1u64 << 30
             )?;
             let chunk = vec![b'a'; 1 << 16];
+            let mut n = 0u64;
             for _ in 0..(1 << 14) {
-                conn.write_all(&chunk)?;
+                if conn.write_all(&chunk).is_err() {
+                    break;
+                }
+                n += chunk.len() as u64;
             }
+            *sent.lock().unwrap() = Some(n);
             Ok(())
         }
+        Mode::Ahead => reply(&mut conn, "409 Conflict", "text/x.tlog.size", "1000000\n"),
         Mode::Loop409 => {
             let req = AddCheckpoint::parse(&body).unwrap();
             let sent = req.old_size();
@@ -366,6 +386,7 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
         ("huge.example", Mode::Huge),
         ("wrongkey.example", Mode::WrongKey),
         ("loop.example", Mode::Loop409),
+        ("ahead.example", Mode::Ahead),
     ];
     let bad: Vec<Fake> = bad
         .iter()
@@ -452,10 +473,12 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
             metric(&m, "hitl_ledger_witness_behind_records", "w1.example") == Some(0.0)
                 && metric(&m, "hitl_ledger_witness_behind_records", "w2.example") == Some(0.0)
                 && [
+                    "hang.example",
                     "garbage.example",
                     "huge.example",
                     "wrongkey.example",
                     "loop.example",
+                    "ahead.example",
                 ]
                 .iter()
                 .all(|w| metric(&m, "hitl_ledger_witness_failures_total", w).unwrap_or(0.0) >= 1.0)
@@ -480,6 +503,7 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
         "huge.example",
         "wrongkey.example",
         "loop.example",
+        "ahead.example",
     ] {
         assert_eq!(
             metric(&m, "hitl_ledger_witness_cosigned_size", w),
@@ -496,6 +520,21 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
         *bad[0].requests.lock().unwrap() >= 1,
         "the hanging witness was asked"
     );
+    // A fork alarm for the witness claiming a larger tree, and only for it.
+    assert!(metric(&m, "hitl_ledger_witness_alarms_total", "ahead.example").unwrap() >= 1.0);
+    assert_eq!(
+        metric(&m, "hitl_ledger_witness_alarms_total", "loop.example"),
+        Some(0.0)
+    );
+    // The gigabyte was not read: the client hung up after its bound.
+    wait_for("the huge answer's writer to stop", || {
+        bad[2].sent.lock().unwrap().is_some()
+    });
+    let sent = bad[2].sent.lock().unwrap().unwrap();
+    assert!(
+        sent < 256 << 20,
+        "{sent} bytes of the huge answer were taken"
+    );
     let _ = child.kill();
     let _ = child.wait();
     // The cosignatures are the ledger's: after the server, `reindex` keeps them.
@@ -505,4 +544,19 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
     assert_eq!(cp.size, target);
     check_quorum(note.as_bytes(), &honest, 2).unwrap();
     assert!(l.cosigned_checkpoint(3).unwrap().is_none());
+    drop(l);
+    // The same name under another key: the first key's stored lines no longer count or show.
+    assert_eq!(witnesses(&dir, &["quorum", "1"]).0, 0);
+    assert_eq!(witnesses(&dir, &["remove", "w2.example"]).0, 0);
+    let other = CosignatureSigner::from_seed("w2.example", &[99; 32]).unwrap();
+    let (code, _, err) = witnesses(
+        &dir,
+        &["add", "--url", &url(&w2), "--key", &other.verifier_key()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let l = hitl_ledger::ledger::Ledger::open(&dir).unwrap();
+    assert!(l.cosigned_checkpoint(2).unwrap().is_none());
+    let (_, note) = l.cosigned_checkpoint(0).unwrap().unwrap();
+    assert!(note.contains("— w1.example "), "{note}");
+    assert!(!note.contains("— w2.example "), "{note}");
 }
