@@ -273,6 +273,7 @@ fn witness_configuration_refuses_what_it_cannot_use() {
     let a = CosignatureSigner::from_seed("witness.example/a", &[1; 32]).unwrap();
     let b = CosignatureSigner::from_seed("witness.example/b", &[2; 32]).unwrap();
     let same_key = CosignatureSigner::from_seed("witness.example/a2", &[1; 32]).unwrap();
+    let same_name = CosignatureSigner::from_seed("witness.example/a", &[3; 32]).unwrap();
     let (code, _, err) = witnesses(
         &dir,
         &[
@@ -286,7 +287,7 @@ fn witness_configuration_refuses_what_it_cannot_use() {
     assert_eq!(code, 0, "{err}");
     let log_key = signer_of(&dir).verifier_key();
     for (url, key, why) in [
-        ("http://127.0.0.1:9", a.verifier_key(), "same name"),
+        ("http://127.0.0.1:9", same_name.verifier_key(), "same name"),
         (
             "http://127.0.0.1:9",
             same_key.verifier_key(),
