@@ -560,4 +560,25 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
     let (_, note) = l.cosigned_checkpoint(0).unwrap().unwrap();
     assert!(note.contains("— w1.example "), "{note}");
     assert!(!note.contains("— w2.example "), "{note}");
+    drop(l);
+    // `export --witnessed N` on the command line: against the checkpoint N witnesses cosigned.
+    let (code, _, err) = run(
+        &dir,
+        &["export", "--thread", "thread-w", "--witnessed", "2"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("insufficient_cosignatures"), "{err}");
+    let (code, out, err) = run(
+        &dir,
+        &["export", "--thread", "thread-w", "--witnessed", "1"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(hitl_ledger::verify::verify_bundle(out.as_bytes(), &log.verifier_key()).ok());
+    let b: Value = serde_json::from_str(&out).unwrap();
+    check_quorum(
+        b["checkpoint"].as_str().unwrap().as_bytes(),
+        &[w1.signer.verifier()],
+        1,
+    )
+    .unwrap();
 }
