@@ -475,7 +475,13 @@ async fn dispatch(
             text.push_str(&st.streams.render());
             // The witnesses' gauges name no tenant: every reader of /metrics gets them.
             let wm = Arc::clone(&st.witness_metrics);
-            text.push_str(&blocking(st, move |l| wm.render(l)).await?);
+            match blocking(st, move |l| wm.render(l)).await {
+                Ok(t) => text.push_str(&t),
+                Err(e) => text.push_str(&format!(
+                    "# The witness gauges are absent: {}\n",
+                    e.message().replace('\n', " ")
+                )),
+            }
             // The store's gauges count every tenant's requests and denials together: only a
             // token that reaches every tenant reads them (protocol 11.5).
             if matches!(actor.reach, Reach::All) {

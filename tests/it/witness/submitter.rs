@@ -540,6 +540,7 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
     let _ = child.wait();
     // The cosignatures are the ledger's: after the server, `reindex` keeps them.
     assert_eq!(run(&dir, &["reindex"]).0, 0);
+    assert_eq!(crate::util::cli_verify(&dir, &[]).0, 0);
     let l = hitl_ledger::ledger::Ledger::open(&dir).unwrap();
     let (cp, note) = l.cosigned_checkpoint(2).unwrap().unwrap();
     assert_eq!(cp.size, target);
