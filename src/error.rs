@@ -31,6 +31,9 @@ pub enum ErrorCode {
     InvalidTicketId,
     /// A policy document that fails validation (protocol section 12); nothing is written.
     InvalidPolicy,
+    /// A witness configuration refused: a malformed verifier key or URL, a name or key
+    /// already configured, a quorum out of range (protocol 14.6).
+    InvalidWitness,
     /// The reviewer is not among the tool's `approvers` (protocol section 7.5).
     ApproverNotAllowed,
     /// The reviewer opened the request; a tool with approvers or several approvals needs
@@ -144,6 +147,7 @@ impl ErrorCode {
             ReviewTtlTooLong => "review_ttl_too_long",
             InvalidTicketId => "invalid_ticket_id",
             InvalidPolicy => "invalid_policy",
+            InvalidWitness => "invalid_witness",
             ApproverNotAllowed => "approver_not_allowed",
             ApproverIsRequester => "approver_is_requester",
             ApproverAlreadyApproved => "approver_already_approved",
@@ -195,7 +199,7 @@ impl ErrorCode {
             InvalidJson | UnknownField | MissingField | InvalidRequest | InvalidIdentifier
             | InvalidAction | NotCanonicalizable | InvalidRedaction | DecisionNotAllowed
             | ReviewTtlTooLong | InvalidTicketId | UnknownFollows | Usage | InvalidPolicy
-            | UnknownReasonCode => 400,
+            | InvalidWitness | UnknownReasonCode => 400,
             InvalidReportGroup | InvalidDuration | InvalidReportRange | TooManyWindows
             | ReportTooLarge => 400,
             InvalidAddCheckpoint => 400,

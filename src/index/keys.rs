@@ -209,3 +209,61 @@ pub fn split_denial_key(k: &[u8]) -> Option<(i64, DenialMode, String)> {
 pub fn fact_key(seq: u64) -> [u8; 8] {
     be(seq)
 }
+
+/// The prefix of the ledger's witness data in the `witness` keyspace (a witness's own data
+/// directory uses other keys there): `ledger.` ‖ what ‖ 0x00 ‖ …
+const LEDGER_WITNESS: &[u8] = b"ledger.";
+
+fn ledger_witness_key(what: &str, rest: &[u8]) -> Vec<u8> {
+    let mut k = LEDGER_WITNESS.to_vec();
+    k.extend_from_slice(&join(what.as_bytes(), rest));
+    k
+}
+
+/// Key of the configured quorum of the ledger's witnesses, in `witness`: `ledger.quorum`;
+/// its value `u64` BE.
+pub const WITNESS_QUORUM_KEY: &[u8] = b"ledger.quorum";
+
+/// Key of a configured witness, in `witness`: `ledger.witness` ‖ 0x00 ‖ its name; the value
+/// its URL and verifier key (JSON).
+pub fn witness_config_key(name: &str) -> Vec<u8> {
+    ledger_witness_key("witness", name.as_bytes())
+}
+
+/// The prefix of every configured witness's key.
+pub fn witness_config_prefix() -> Vec<u8> {
+    ledger_witness_key("witness", b"")
+}
+
+/// Key of the ledger's submission state for a witness, in `witness`: `ledger.state` ‖ 0x00 ‖
+/// its name; the value the size it last cosigned and when (JSON).
+pub fn witness_state_key(name: &str) -> Vec<u8> {
+    ledger_witness_key("state", name.as_bytes())
+}
+
+/// Key of a collected cosignature, in `witness`: `ledger.cosig` ‖ 0x00 ‖ the checkpoint's
+/// size (u64 BE) ‖ the witness's name; the value its cosignature line, newline included.
+pub fn cosignature_key(size: u64, name: &str) -> Vec<u8> {
+    let mut k = cosignature_prefix(size);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// The prefix of the cosignatures of the checkpoint of `size` records (and, as a scan start,
+/// of every larger one).
+pub fn cosignature_prefix(size: u64) -> Vec<u8> {
+    ledger_witness_key("cosig", &be(size))
+}
+
+/// The prefix of every collected cosignature's key.
+pub fn cosignatures_prefix() -> Vec<u8> {
+    ledger_witness_key("cosig", b"")
+}
+
+/// Splits a cosignature key into (size, witness name).
+pub fn split_cosignature_key(k: &[u8]) -> Option<(u64, String)> {
+    let rest = k.strip_prefix(cosignatures_prefix().as_slice())?;
+    let size = read_be(rest)?;
+    let name = String::from_utf8(rest.get(8..)?.to_vec()).ok()?;
+    Some((size, name))
+}

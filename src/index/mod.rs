@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 pub mod keys;
 pub mod reads;
 pub mod view;
+pub mod witnesses;
 
 use crate::codec::{be, read_be};
 use crate::error::{Error, Result};

@@ -17,6 +17,7 @@ pub mod reads;
 mod replay;
 pub mod report;
 mod sequencer;
+pub mod witnesses;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

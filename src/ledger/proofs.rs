@@ -92,8 +92,18 @@ impl Ledger {
     /// # Errors
     /// `thread_not_found`; storage errors.
     pub fn export(&self, thread_id: &str) -> Result<Bundle> {
+        self.export_witnessed(thread_id, 0)
+    }
+
+    /// [`Ledger::export`] proven against the latest checkpoint with valid cosignatures from at
+    /// least `witnessed` distinct configured witnesses (0: the latest checkpoint); the bundle's
+    /// `checkpoint` is its note with the cosignature lines collected for it (protocol 14.6).
+    ///
+    /// # Errors
+    /// As [`Ledger::export`]; `insufficient_cosignatures` when no checkpoint has `witnessed`.
+    pub fn export_witnessed(&self, thread_id: &str, witnessed: usize) -> Result<Bundle> {
         let snap = self.engine.snapshot()?;
-        let (cp, note) = self.export_checkpoint(&*snap, thread_id)?;
+        let (cp, note) = self.export_checkpoint(&*snap, thread_id, witnessed)?;
         let nodes = Nodes::new(&*snap);
         let mut records = Vec::new();
         let mut head: Option<Hash> = None;
@@ -158,8 +168,22 @@ impl Ledger {
     /// `thread_not_found`; storage errors, also `out`'s write errors (the document is then
     /// unfinished).
     pub fn export_write(&self, thread_id: &str, out: &mut dyn std::io::Write) -> Result<()> {
+        self.export_write_witnessed(thread_id, 0, out)
+    }
+
+    /// [`Ledger::export_write`] of [`Ledger::export_witnessed`]'s bundle.
+    ///
+    /// # Errors
+    /// As [`Ledger::export_write`]; `insufficient_cosignatures` (before the first byte) when
+    /// no checkpoint has `witnessed` cosignatures.
+    pub fn export_write_witnessed(
+        &self,
+        thread_id: &str,
+        witnessed: usize,
+        out: &mut dyn std::io::Write,
+    ) -> Result<()> {
         let snap = self.engine.snapshot()?;
-        let (cp, note) = self.export_checkpoint(&*snap, thread_id)?;
+        let (cp, note) = self.export_checkpoint(&*snap, thread_id, witnessed)?;
         // The thread index is in thread order, which is seq order: the first record is covered
         // when any is.
         let first = index::thread_seqs(&*snap, thread_id, 0)
@@ -218,12 +242,14 @@ impl Ledger {
         w.0.flush().map_err(write_failed)
     }
 
-    /// The checkpoint an export is proven against (the latest; records appended after it are
-    /// left for the next export) and its note, once the thread is known to exist.
+    /// The checkpoint an export is proven against (the latest, or the latest with `witnessed`
+    /// cosignatures; records appended after it are left for the next export) and its note with
+    /// the cosignatures collected for it, once the thread is known to exist.
     fn export_checkpoint(
         &self,
         snap: &dyn Read,
         thread_id: &str,
+        witnessed: usize,
     ) -> Result<(crate::format::note::Checkpoint, String)> {
         if index::thread_head(snap, thread_id)?.is_none() {
             return Err(Error::new(
@@ -234,14 +260,16 @@ impl Ledger {
                 ),
             ));
         }
-        let (_, note) = index::latest_checkpoint(snap)?
-            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
-        let note =
-            String::from_utf8(note).map_err(|_| Error::corrupt("checkpoint is not UTF-8"))?;
-        let cp = self
-            .latest_checkpoint_in(snap)?
-            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
-        Ok((cp, note))
+        match self.cosigned_checkpoint_in(snap, witnessed)? {
+            Some(found) => Ok(found),
+            None if witnessed == 0 => Err(Error::corrupt("no checkpoint is stored")),
+            None => Err(Error::new(
+                ErrorCode::InsufficientCosignatures,
+                format!(
+                    "no checkpoint has valid cosignatures from {witnessed} configured witnesses"
+                ),
+            )),
+        }
     }
 
     /// The signed thread head of an export of `size` records ending in `head`, in the tree

@@ -402,9 +402,25 @@ async fn dispatch(
                     format!("no thread {q_tid}", q_tid = crate::codec::quoted(&tid)),
                 ));
             }
-            export_response(st, tid).await
+            let witnessed = witnessed_param(&params)?.unwrap_or(0);
+            export_response(st, tid, witnessed).await
         }
-        Route::Checkpoint => Ok(text_response(blocking(st, |l| l.checkpoint()).await?)),
+        Route::Checkpoint => {
+            // The latest checkpoint with the cosignatures collected for it, or with
+            // ?witnessed=N the latest with N of them (protocol 14.6).
+            let min = witnessed_param(&params)?;
+            match blocking(st, move |l| l.cosigned_checkpoint(min.unwrap_or(0))).await? {
+                Some((_, note)) => Ok(text_response(note)),
+                None if min.is_some_and(|m| m > 0) => Err(Error::new(
+                    ErrorCode::InsufficientCosignatures,
+                    format!(
+                        "no checkpoint has valid cosignatures from {} configured witnesses",
+                        min.unwrap_or(0)
+                    ),
+                )),
+                None => Err(Error::corrupt("no checkpoint is stored")),
+            }
+        }
         Route::Events => {
             let after = super::events::start_position(req.headers(), query_u64(&params, "after")?)?;
             let audience = match &actor.reach {
@@ -457,6 +473,15 @@ async fn dispatch(
             ));
             text.push_str(&st.render_tokens_metrics());
             text.push_str(&st.streams.render());
+            // The witnesses' gauges name no tenant: every reader of /metrics gets them.
+            let wm = Arc::clone(&st.witness_metrics);
+            match blocking(st, move |l| wm.render(l)).await {
+                Ok(t) => text.push_str(&t),
+                Err(e) => text.push_str(&format!(
+                    "# The witness gauges are absent: {}\n",
+                    e.message().replace('\n', " ")
+                )),
+            }
             // The store's gauges count every tenant's requests and denials together: only a
             // token that reaches every tenant reads them (protocol 11.5).
             if matches!(actor.reach, Reach::All) {
@@ -501,6 +526,19 @@ fn page_limit(params: &[(String, String)]) -> Result<usize> {
     Ok(limit as usize)
 }
 
+/// The `witnessed` query parameter: a count of witnesses, at most 1000 (more witnesses than
+/// a note can hold lines for is never met).
+fn witnessed_param(params: &[(String, String)]) -> Result<Option<usize>> {
+    match query_u64(params, "witnessed")? {
+        None => Ok(None),
+        Some(n) if n <= 1000 => Ok(Some(n as usize)),
+        Some(_) => Err(Error::new(
+            ErrorCode::InvalidRequest,
+            "query parameter witnessed is from 0 to 1000",
+        )),
+    }
+}
+
 /// How long an export waits for its reader to take the next piece before it gives up (the
 /// document is then left unfinished and the connection closed).
 const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -512,7 +550,7 @@ const EXPORT_PIECE: usize = 256 << 10;
 /// ([`Ledger::export_write`]) into the answer, so the server holds a few pieces of it, never
 /// the whole document. An error found before the first byte (`thread_not_found`) is the
 /// answer; one found later ends the connection with the document unfinished.
-async fn export_response(st: &Arc<AppState>, tid: String) -> Result<Response> {
+async fn export_response(st: &Arc<AppState>, tid: String, witnessed: usize) -> Result<Response> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes>>(2);
     let ledger = Arc::clone(&st.ledger);
     let handle = tokio::runtime::Handle::current();
@@ -523,7 +561,7 @@ async fn export_response(st: &Arc<AppState>, tid: String) -> Result<Response> {
             piece: Vec::new(),
             gone: false,
         };
-        let mut written = ledger.export_write(&tid, &mut sink);
+        let mut written = ledger.export_write_witnessed(&tid, witnessed, &mut sink);
         if written.is_ok() && sink.send_piece().is_err() {
             written = Err(Error::new(ErrorCode::Internal, "the export's reader left"));
         }

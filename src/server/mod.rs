@@ -7,7 +7,8 @@
 //! - `body`: reading request bodies within the bounds;
 //! - [`tokens`]: the bearer tokens file;
 //! - [`events`]: the decision stream (`GET /v1/events`);
-//! - [`console`]: the reviewer's console, static files built into the binary.
+//! - [`console`]: the reviewer's console, static files built into the binary;
+//! - [`submitter`]: the witness submitter (protocol 14.6).
 
 mod body;
 pub mod console;
@@ -16,6 +17,7 @@ mod governance;
 mod handlers;
 mod report;
 pub mod routes;
+pub mod submitter;
 pub mod tokens;
 
 use std::future::Future;
@@ -58,6 +60,10 @@ pub struct AppState {
     stream_timing: events::StreamTiming,
     /// The event streams: their limits and gauges.
     streams: Arc<events::Streams>,
+    /// The witness submitter's schedule, when it runs (`serve` starts it).
+    submitter: Option<submitter::SubmitterConfig>,
+    /// The witness submitter's counters.
+    witness_metrics: Arc<submitter::WitnessMetrics>,
 }
 
 /// The tokens file the server watches, so `token add` (or removing a line) takes effect
@@ -121,7 +127,15 @@ impl AppState {
             stopping: tokio::sync::watch::Sender::new(false),
             stream_timing: events::StreamTiming::default(),
             streams: Arc::new(events::Streams::new(events::StreamLimits::default())),
+            submitter: None,
+            witness_metrics: Arc::default(),
         }
+    }
+
+    /// Runs the witness submitter beside the server (protocol 14.6).
+    pub fn with_witness_submitter(mut self, config: submitter::SubmitterConfig) -> AppState {
+        self.submitter = Some(config);
+        self
     }
 
     /// Sets the event streams' bounds (default [`events::StreamLimits::default`]).
@@ -336,6 +350,15 @@ pub async fn serve(
             }
         })
     };
+    // The witness submitter: its own task, reading and writing the store in short
+    // transactions of its own; appends never wait on it.
+    let witnesses = state.submitter.map(|config| {
+        submitter::spawn(
+            Arc::clone(&state.ledger),
+            config,
+            Arc::clone(&state.witness_metrics),
+        )
+    });
     let app = router(Arc::clone(&state));
     let streams = Arc::clone(&state);
     let shutdown = async move {
@@ -351,6 +374,10 @@ pub async fn serve(
     let _ = sweeper.await;
     reloader.abort();
     let _ = reloader.await;
+    if let Some(w) = witnesses {
+        w.abort();
+        let _ = w.await;
+    }
     match Arc::try_unwrap(state) {
         Ok(mut s) => s.shutdown(),
         Err(s) => {

@@ -216,6 +216,10 @@ pub enum Command {
         /// The origin for --init.
         #[arg(long, default_value = "localhost/hitl-ledger")]
         origin: String,
+        /// Seconds between two rounds of the witness submitter (each configured witness is
+        /// sent the latest checkpoint; `witnesses add`); 0 turns the submitter off.
+        #[arg(long, default_value_t = 30)]
+        witness_interval_s: u64,
     },
     /// Write one thread's bundle (evidence), or a readable view with --format jsonl or csv.
     Export {
@@ -225,6 +229,17 @@ pub enum Command {
         /// Write here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Prove the bundle against the latest checkpoint with valid cosignatures from at
+        /// least N configured witnesses (default: the latest checkpoint, with the
+        /// cosignatures it has).
+        #[arg(long, value_name = "N")]
+        witnessed: Option<usize>,
+    },
+    /// The witnesses that cosign the ledger's checkpoints (protocol 14.6).
+    Witnesses {
+        /// What to do.
+        #[command(subcommand)]
+        action: WitnessesCommand,
     },
     /// Check a bundle offline, trusting only the verifier key.
     VerifyExport {
@@ -302,6 +317,32 @@ pub enum TokenCommand {
         /// The tokens file (default DIR/tokens.json).
         #[arg(long)]
         tokens: Option<PathBuf>,
+    },
+}
+
+/// The ledger's witness commands (`witnesses`).
+#[derive(Debug, Subcommand)]
+pub enum WitnessesCommand {
+    /// Add a witness: its URL (http://host[:port][/prefix]) and its cosignature/v1 verifier key.
+    Add {
+        /// The witness's URL prefix (the submitter posts to URL/add-checkpoint).
+        #[arg(long)]
+        url: String,
+        /// Its verifier key, `<name>+<key id>+<base64>`.
+        #[arg(long)]
+        key: String,
+    },
+    /// List the witnesses, the quorum and what each last cosigned.
+    List,
+    /// Remove a witness (by name or verifier key); its collected cosignatures stay.
+    Remove {
+        /// The witness's name or verifier key.
+        witness: String,
+    },
+    /// Set the quorum: how many distinct witnesses must cosign a checkpoint (default 1).
+    Quorum {
+        /// 1 to the number of witnesses.
+        n: usize,
     },
 }
 

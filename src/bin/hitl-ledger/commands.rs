@@ -119,6 +119,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             stream_stall_seconds,
             init,
             origin,
+            witness_interval_s,
         } => {
             let commit = CommitConfig {
                 queue_capacity: queue_capacity.max(1),
@@ -149,9 +150,15 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 buffer_bytes: stream_buffer_bytes,
                 stall: std::time::Duration::from_secs(stream_stall_seconds),
             };
-            crate::serve::serve(&dir, &listen, tokens, policy, commit, streams)
+            let witnesses = std::time::Duration::from_secs(witness_interval_s);
+            crate::serve::serve(&dir, &listen, tokens, policy, commit, streams, witnesses)
         }
-        Command::Export { thread, out: path } => export(&dir, f, &thread, path.as_deref()),
+        Command::Export {
+            thread,
+            out: path,
+            witnessed,
+        } => export(&dir, f, &thread, path.as_deref(), witnessed),
+        Command::Witnesses { action } => crate::witnesses::run(&dir, f, action),
         Command::VerifyExport {
             file,
             key,
@@ -205,6 +212,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Reindex => "reindex",
         Command::Serve { .. } => "serve",
         Command::Export { .. } => "export",
+        Command::Witnesses { .. } => "witnesses",
         Command::VerifyExport { .. } => "verify-export",
         Command::Report { .. } => "report",
         Command::Witness { .. } => "witness",
@@ -505,14 +513,20 @@ fn reindex(dir: &Path, f: Format) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-fn export(dir: &Path, f: Format, thread: &str, path: Option<&Path>) -> Result<Outcome> {
+fn export(
+    dir: &Path,
+    f: Format,
+    thread: &str,
+    path: Option<&Path>,
+    witnessed: Option<usize>,
+) -> Result<Outcome> {
     let ledger = Ledger::open(dir)?;
     let mut buf: Vec<u8> = Vec::new();
     match f {
         Format::Jsonl => views::export_jsonl(&ledger, thread, &mut buf)?,
         Format::Csv => views::export_csv(&ledger, thread, &mut buf)?,
         Format::Text | Format::Json => {
-            let b = ledger.export(thread)?;
+            let b = ledger.export_witnessed(thread, witnessed.unwrap_or(0))?;
             buf = serde_json::to_vec_pretty(&b.to_value())
                 .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
             buf.push(b'\n');

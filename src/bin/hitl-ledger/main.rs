@@ -12,6 +12,7 @@ mod report;
 mod serve;
 mod user;
 mod witness;
+mod witnesses;
 
 fn main() {
     let cli = args::Cli::parse();

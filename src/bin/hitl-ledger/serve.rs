@@ -45,6 +45,7 @@ pub fn serve(
     policy: Option<PathBuf>,
     commit: CommitConfig,
     streams: hitl_ledger::server::events::StreamLimits,
+    witness_interval: std::time::Duration,
 ) -> Result<Outcome> {
     hitl_ledger::server::init_logging();
     let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
@@ -82,10 +83,16 @@ pub fn serve(
             .local_addr()
             .map_err(|e| Error::storage("listener", e))?;
         out(&format!("listening on {addr}"));
-        let state =
+        let mut state =
             hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
                 .watch_tokens_file(&tokens_path)
                 .with_stream_limits(streams);
+        if !witness_interval.is_zero() {
+            state = state.with_witness_submitter(hitl_ledger::server::submitter::SubmitterConfig {
+                interval: witness_interval,
+                ..Default::default()
+            });
+        }
         hitl_ledger::server::serve(listener, state, hitl_ledger::server::shutdown_signal()).await
     })?;
     // Outside the runtime: an engine's calls block (PostgreSQL's client runs its own).

@@ -1,0 +1,233 @@
+//! The ledger and the project's own witness, end to end, with two witnesses and a quorum of 2:
+//! `hitl-ledger witness init|add-log|serve` twice, `witnesses add` and `witnesses quorum 2` on
+//! the ledger, `serve --witness-interval-s 1`; the cosigned checkpoint is served with both
+//! cosignatures, `export --witnessed 2` proves a bundle against it and `verify-export` under
+//! a policy of both witnesses accepts it; with one witness gone, appends go on and the quorum
+//! of 2 is no longer met by the newer checkpoints.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hitl_ledger::witness::{CosignatureVerifier, check_quorum};
+use serde_json::{Value, json};
+
+use crate::http;
+use crate::util::{ORIGIN, bin, init_with_tokens, run};
+
+/// A child that prints `listening on <addr>` first: (child, address).
+fn listening(mut cmd: Command) -> (Child, SocketAddr) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("did not start: {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+/// A witness of the ledger in `dir`: its own directory under `base`, the ledger's origin and
+/// key followed, serving. (child, address, verifier key).
+fn start_witness(base: &Path, ledger: &Path, name: &str) -> (Child, SocketAddr, String) {
+    let wdir = base.join(name);
+    let (code, out, err) = run(&wdir, &["witness", "init", "--name", name]);
+    assert_eq!(code, 0, "{out}{err}");
+    let vkey = out.trim().lines().last().unwrap().to_string();
+    let log_key = std::fs::read_to_string(ledger.join("verifier.key")).unwrap();
+    let (code, out, err) = run(
+        &wdir,
+        &[
+            "witness",
+            "add-log",
+            "--origin",
+            ORIGIN,
+            "--key",
+            log_key.trim(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let mut cmd = Command::new(bin());
+    cmd.arg("--data")
+        .arg(&wdir)
+        .args(["witness", "serve", "--listen", "127.0.0.1:0"]);
+    let (child, addr) = listening(cmd);
+    (child, addr, vkey)
+}
+
+fn interrupt(addr: SocketAddr, token: &str, rid: &str) {
+    let r = http::post(
+        addr,
+        "/v1/interrupts",
+        token,
+        &json!({"request_id": rid, "thread_id": "thread-q", "interrupt_id": format!("i-{rid}"),
+                "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}}),
+    );
+    assert!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text());
+}
+
+fn size_of(note: &str) -> u64 {
+    note.lines().nth(1).unwrap().parse().unwrap()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn stop(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verifies_its_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("ledger");
+    std::fs::create_dir(&d).unwrap();
+    let tokens = init_with_tokens(&d);
+    let (w1, a1, k1) = start_witness(tmp.path(), &d, "w1.example");
+    let (w2, a2, k2) = start_witness(tmp.path(), &d, "w2.example");
+    for (a, k) in [(a1, &k1), (a2, &k2)] {
+        let url = format!("http://{a}");
+        let (code, out, err) = run(&d, &["witnesses", "add", "--url", &url, "--key", k]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let (code, out, err) = run(&d, &["witnesses", "quorum", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut cmd = Command::new(bin());
+    cmd.arg("--data").arg(&d).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--witness-interval-s",
+        "1",
+    ]);
+    let (server, addr) = listening(cmd);
+    let agent = &tokens["agent"];
+    let auditor = &tokens["auditor"];
+    for i in 0..3 {
+        interrupt(addr, agent, &format!("q{i}"));
+    }
+    let latest = size_of(&http::get(addr, "/v1/checkpoint", auditor).text());
+    // Both witnesses cosign a checkpoint covering the interrupts.
+    let keys = [
+        CosignatureVerifier::parse(&k1).unwrap(),
+        CosignatureVerifier::parse(&k2).unwrap(),
+    ];
+    let mut note = String::new();
+    wait_for("a checkpoint cosigned by both witnesses", || {
+        let r = http::get(addr, "/v1/checkpoint?witnessed=2", auditor);
+        if r.status != 200 {
+            return false;
+        }
+        note = r.text();
+        size_of(&note) >= latest
+    });
+    let q = check_quorum(note.as_bytes(), &keys, 2).unwrap();
+    assert_eq!(q.witnesses, vec!["w1.example", "w2.example"]);
+    // Each witness's monitor endpoint names (at least) that checkpoint for the origin.
+    for a in [a1, a2] {
+        let path = format!(
+            "/checkpoint?origin={}",
+            percent_encoding::utf8_percent_encode(ORIGIN, percent_encoding::NON_ALPHANUMERIC)
+        );
+        let r = http::get(a, &path, "");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(size_of(&r.text()) >= size_of(&note), "{}", r.text());
+    }
+
+    // One witness goes away: appends go on, the quorum of 2 stays at what both cosigned.
+    stop(w2);
+    for i in 3..6 {
+        interrupt(addr, agent, &format!("q{i}"));
+    }
+    let newer = size_of(&http::get(addr, "/v1/checkpoint", auditor).text());
+    assert!(newer > size_of(&note));
+    wait_for("a newer checkpoint cosigned by the remaining witness", || {
+        let r = http::get(addr, "/v1/checkpoint?witnessed=1", auditor);
+        r.status == 200 && size_of(&r.text()) >= newer
+    });
+    let r = http::get(addr, "/v1/checkpoint?witnessed=2", auditor);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(size_of(&r.text()) < newer, "{}", r.text());
+    stop(server);
+    stop(w1);
+
+    // The bundle proven against the checkpoint both cosigned verifies under the quorum of 2;
+    // the latest one (one cosignature) does not.
+    let bundle = tmp.path().join("bundle.json");
+    let key = std::fs::read_to_string(d.join("verifier.key")).unwrap();
+    let key = key.trim();
+    let verify = |extra: &[&str]| -> (i32, Value) {
+        let mut args = vec![
+            "verify-export",
+            bundle.to_str().unwrap(),
+            "--key",
+            key,
+            "--witness",
+            &k1,
+            "--witness",
+            &k2,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&d, &args);
+        (
+            code,
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}")),
+        )
+    };
+    let (code, out, err) = run(
+        &d,
+        &[
+            "export",
+            "--thread",
+            "thread-q",
+            "--witnessed",
+            "2",
+            "--out",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, v) = verify(&[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["witnesses"], json!(["w1.example", "w2.example"]));
+    assert_eq!(v["records"], json!(3), "the three interrupts both cosigned: {v}");
+    let (code, out, err) = run(
+        &d,
+        &[
+            "export",
+            "--thread",
+            "thread-q",
+            "--out",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, v) = verify(&[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["problem"]["code"], "insufficient_cosignatures", "{v}");
+    let (code, v) = verify(&["--min-witnesses", "1"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["witnesses"], json!(["w1.example"]));
+    assert_eq!(v["records"], json!(6), "{v}");
+}
