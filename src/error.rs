@@ -128,6 +128,10 @@ pub enum ErrorCode {
     /// A checkpoint carries valid cosignatures from fewer of the named witnesses than the
     /// quorum (protocol section 14.4).
     InsufficientCosignatures,
+    /// A witness asked for its latest cosigned checkpoint (`verify --witness-url`) did not
+    /// answer usably: unreachable, too slow, an answer too long or of another status, or an
+    /// origin it does not follow (protocol section 14.7).
+    WitnessUnavailable,
 }
 
 impl ErrorCode {
@@ -189,6 +193,7 @@ impl ErrorCode {
             OldSizeMismatch => "old_size_mismatch",
             InconsistentCheckpoint => "inconsistent_checkpoint",
             InsufficientCosignatures => "insufficient_cosignatures",
+            WitnessUnavailable => "witness_unavailable",
         }
     }
 
@@ -224,6 +229,7 @@ impl ErrorCode {
             InconsistentCheckpoint | InsufficientCosignatures => 422,
             Overloaded | Unwritable | TokensFile | DataDir => 503,
             Storage | Corrupt | Internal => 500,
+            WitnessUnavailable => 502,
         }
     }
 }

@@ -370,6 +370,59 @@ struct Answer {
 /// Posts an `add-checkpoint` body and reads the answer, at most [`MAX_ANSWER_BYTES`] of it
 /// (a 409's, [`MAX_SIZE_BODY_BYTES`]); a longer answer is an error, read no further.
 async fn post(url: &crate::ledger::witnesses::WitnessUrl, body: String) -> Result<Answer> {
+    exchange(url, hyper::Method::POST, &url.add_checkpoint_path, body).await
+}
+
+/// The latest checkpoint the witness at `url` cosigned for `origin`, from its read endpoint
+/// for monitors (`GET <prefix>/checkpoint?origin=`, protocol 14.5), within `timeout` and at
+/// most [`MAX_ANSWER_BYTES`]: `Some(note)` (the note as the witness answered it, not yet
+/// checked), `None` when the witness follows the origin but has cosigned nothing yet.
+///
+/// # Errors
+/// `witness_unavailable` naming the witness: no answer in time, a connection or HTTP error,
+/// an answer over the bound or not UTF-8, an origin the witness does not follow, any other
+/// status.
+pub async fn monitor_checkpoint(
+    url: &crate::ledger::witnesses::WitnessUrl,
+    origin: &str,
+    timeout: Duration,
+) -> Result<Option<String>> {
+    let prefix = url
+        .add_checkpoint_path
+        .strip_suffix("/add-checkpoint")
+        .unwrap_or("");
+    let path = format!(
+        "{prefix}/checkpoint?origin={}",
+        percent_encoding::utf8_percent_encode(origin, percent_encoding::NON_ALPHANUMERIC)
+    );
+    let who = format!("witness {}:{}", url.host, url.port);
+    let down = |m: String| Error::new(ErrorCode::WitnessUnavailable, format!("{who}: {m}"));
+    let a = tokio::time::timeout(
+        timeout,
+        exchange(url, hyper::Method::GET, &path, String::new()),
+    )
+    .await
+    .map_err(|_| down(format!("no answer within {} s", timeout.as_secs_f64())))?
+    .map_err(|e| down(e.message().to_string()))?;
+    let text = String::from_utf8(a.body).map_err(|_| down("the answer is not UTF-8".into()))?;
+    match a.status {
+        200 => Ok(Some(text)),
+        404 if text.starts_with("not_found:") => Ok(None),
+        s => Err(down(format!(
+            "GET {path} answered {s}: {}",
+            crate::codec::quoted(text.trim_end())
+        ))),
+    }
+}
+
+/// One request on a fresh connection; the answer read to at most [`MAX_ANSWER_BYTES`] (a 409's,
+/// [`MAX_SIZE_BODY_BYTES`]); a longer answer is an error, read no further.
+async fn exchange(
+    url: &crate::ledger::witnesses::WitnessUrl,
+    method: hyper::Method,
+    path: &str,
+    body: String,
+) -> Result<Answer> {
     let bad = |what: &str, e: &dyn std::fmt::Display| {
         Error::new(ErrorCode::Storage, format!("{what}: {e}"))
     };
@@ -381,8 +434,8 @@ async fn post(url: &crate::ledger::witnesses::WitnessUrl, body: String) -> Resul
         .map_err(|e| bad("HTTP handshake", &e))?;
     let conn = tokio::spawn(conn);
     let req = hyper::Request::builder()
-        .method(hyper::Method::POST)
-        .uri(url.add_checkpoint_path.as_str())
+        .method(method)
+        .uri(path)
         .header(hyper::header::HOST, url.authority.as_str())
         .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .header(hyper::header::CONTENT_LENGTH, body.len())

@@ -175,6 +175,11 @@ pub enum Command {
         /// A checkpoint note kept outside the ledger.
         #[arg(long)]
         trusted: Option<PathBuf>,
+        /// A witness (http://host[:port][/prefix], repeatable) asked for the latest checkpoint
+        /// it cosigned for this origin; a store that stops before it, or is not an extension
+        /// of it, is reported (rollback, rewrite), as with --trusted.
+        #[arg(long = "witness-url")]
+        witness_urls: Vec<String>,
     },
     /// Rebuild every derived index from the records.
     Reindex,

@@ -105,7 +105,10 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             limit,
         } => history(&dir, f, &thread, after, limit),
         Command::Checkpoint => checkpoint(&dir, f),
-        Command::Verify { trusted } => verify(&dir, f, trusted.as_deref()),
+        Command::Verify {
+            trusted,
+            witness_urls,
+        } => verify(&dir, f, trusted.as_deref(), &witness_urls),
         Command::Reindex => reindex(&dir, f),
         Command::Serve {
             listen,
@@ -458,22 +461,43 @@ fn checkpoint(dir: &Path, f: Format) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-fn verify(dir: &Path, f: Format, trusted: Option<&Path>) -> Result<Outcome> {
+fn verify(
+    dir: &Path,
+    f: Format,
+    trusted: Option<&Path>,
+    witness_urls: &[String],
+) -> Result<Outcome> {
     let trusted_bytes = match trusted {
         Some(p) => Some(std::fs::read(p).map_err(|e| usage(format!("{}: {e}", p.display())))?),
         None => None,
     };
     let ledger = Ledger::open(dir)?;
+    let witnessed = witnessed_checkpoints(&ledger, witness_urls)?;
     let tty = std::io::stderr().is_terminal();
     let mut progress = |done: u64, total: u64| {
         if tty {
             eprint!("\rverifying {done}/{total} records");
         }
     };
-    let report = fsck::verify(&ledger, trusted_bytes.as_deref(), &mut progress)?;
+    let mut report = fsck::verify(&ledger, trusted_bytes.as_deref(), &mut progress)?;
     if tty {
         eprintln!();
     }
+    // Each witness's latest cosigned checkpoint is one more checkpoint kept outside the store.
+    for (url, note) in witnessed {
+        match note {
+            None => {
+                eprintln!("hitl-ledger: witness {url} has cosigned no checkpoint of this log yet")
+            }
+            Some(note) => {
+                if let Some(mut p) = fsck::check_trusted(&ledger, note.as_bytes())? {
+                    p.message = format!("the checkpoint witness {url} cosigned: {}", p.message);
+                    report.problems.push(p);
+                }
+            }
+        }
+    }
+    hitl_ledger::verify::sort_problems(&mut report.problems);
     if f == Format::Json {
         print_json(&report.to_json());
     } else if report.ok() {
@@ -543,6 +567,46 @@ fn export(
         }
     }
     Ok(Outcome::Done)
+}
+
+/// The latest checkpoint each witness of `urls` cosigned for the ledger's origin (`None`: it
+/// follows the origin and cosigned nothing yet), asked before verifying; any witness that does
+/// not answer usably fails the command (`witness_unavailable`), so a rollback is never passed
+/// over for want of an answer.
+fn witnessed_checkpoints(
+    ledger: &Ledger,
+    urls: &[String],
+) -> Result<Vec<(String, Option<String>)>> {
+    if urls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parsed = urls
+        .iter()
+        .map(|u| hitl_ledger::ledger::witnesses::parse_witness_url(u).map(|p| (u.clone(), p)))
+        .collect::<Result<Vec<_>>>()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::Internal,
+                format!("starting the HTTP client: {e}"),
+            )
+        })?;
+    let origin = ledger.origin().to_string();
+    rt.block_on(async {
+        let mut out = Vec::with_capacity(parsed.len());
+        for (u, p) in parsed {
+            let note = hitl_ledger::server::submitter::monitor_checkpoint(
+                &p,
+                &origin,
+                hitl_ledger::server::submitter::REQUEST_TIMEOUT,
+            )
+            .await?;
+            out.push((u, note));
+        }
+        Ok(out)
+    })
 }
 
 pub(crate) fn verify_export(

@@ -73,7 +73,12 @@ fn interrupt(addr: SocketAddr, token: &str, rid: &str) {
         &json!({"request_id": rid, "thread_id": "thread-q", "interrupt_id": format!("i-{rid}"),
                 "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}}),
     );
-    assert!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text());
+    assert!(
+        r.status == 201 || r.status == 200,
+        "{} {}",
+        r.status,
+        r.text()
+    );
 }
 
 fn size_of(note: &str) -> u64 {
@@ -148,9 +153,9 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
             "/checkpoint?origin={}",
             percent_encoding::utf8_percent_encode(ORIGIN, percent_encoding::NON_ALPHANUMERIC)
         );
-        let r = http::get(a, &path, "");
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert!(size_of(&r.text()) >= size_of(&note), "{}", r.text());
+        let r = super::server::http(a, "GET", &path, b"").unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(size_of(&r.body) >= size_of(&note), "{}", r.body);
     }
 
     // One witness goes away: appends go on, the quorum of 2 stays at what both cosigned.
@@ -160,10 +165,13 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     }
     let newer = size_of(&http::get(addr, "/v1/checkpoint", auditor).text());
     assert!(newer > size_of(&note));
-    wait_for("a newer checkpoint cosigned by the remaining witness", || {
-        let r = http::get(addr, "/v1/checkpoint?witnessed=1", auditor);
-        r.status == 200 && size_of(&r.text()) >= newer
-    });
+    wait_for(
+        "a newer checkpoint cosigned by the remaining witness",
+        || {
+            let r = http::get(addr, "/v1/checkpoint?witnessed=1", auditor);
+            r.status == 200 && size_of(&r.text()) >= newer
+        },
+    );
     let r = http::get(addr, "/v1/checkpoint?witnessed=2", auditor);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(size_of(&r.text()) < newer, "{}", r.text());
@@ -211,7 +219,11 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     let (code, v) = verify(&[]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["witnesses"], json!(["w1.example", "w2.example"]));
-    assert_eq!(v["records"], json!(3), "the three interrupts both cosigned: {v}");
+    assert_eq!(
+        v["records"],
+        json!(3),
+        "the three interrupts both cosigned: {v}"
+    );
     let (code, out, err) = run(
         &d,
         &[
@@ -230,4 +242,106 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["witnesses"], json!(["w1.example"]));
     assert_eq!(v["records"], json!(6), "{v}");
+}
+
+/// `verify --witness-url`: a data directory restored from an old snapshot is caught by asking
+/// the witness what it cosigned, with no checkpoint kept by hand; a witness that cannot answer
+/// fails the command rather than letting the store pass.
+#[test]
+fn verify_with_a_witness_url_reports_a_store_restored_from_an_old_snapshot_as_rolled_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("ledger");
+    let old = tmp.path().join("snapshot");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir(&old).unwrap();
+    // RocksDB on purpose: the snapshot is a copy of the closed directory.
+    let (code, out, err) = run(&d, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |rid: &str| {
+        json!({"kind": "interrupt", "request_id": rid, "thread_id": "t", "interrupt_id": "i",
+               "action": {"tool": "refund", "args": {"amount_cents": 1}}})
+        .to_string()
+    };
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(&input, line("s1")).unwrap();
+    let (code, out, err) = run(&d, &["append", input.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", d.display()))
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(&input, [line("s2"), line("s3")].join("\n")).unwrap();
+    let (code, out, err) = run(&d, &["append", input.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let (w, addr, _) = start_witness(tmp.path(), &d, "w1.example");
+    let (idle, idle_addr, _) = start_witness(tmp.path(), &d, "w2.example");
+    let (stranger, stranger_addr) = {
+        let sdir = tmp.path().join("stranger");
+        let (code, out, err) = run(&sdir, &["witness", "init", "--name", "w3.example"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let mut cmd = Command::new(bin());
+        cmd.arg("--data")
+            .arg(&sdir)
+            .args(["witness", "serve", "--listen", "127.0.0.1:0"]);
+        listening(cmd)
+    };
+    // The witness cosigns the ledger's latest checkpoint.
+    let body = {
+        let l = hitl_ledger::ledger::Ledger::open(&d).unwrap();
+        let size = size_of(&l.checkpoint().unwrap());
+        l.add_checkpoint_request(0, size).unwrap().unwrap()
+    };
+    let r = super::server::http(addr, "POST", "/add-checkpoint", body.as_bytes()).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let url = format!("http://{addr}");
+    let verify = |dir: &Path, urls: &[&str]| -> (i32, String, String) {
+        let mut args = vec!["verify", "--format", "json"];
+        for u in urls {
+            args.extend_from_slice(&["--witness-url", u]);
+        }
+        run(dir, &args)
+    };
+    // The live store extends what the witness cosigned.
+    let (code, out, err) = verify(&d, &[&url]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The snapshot passes on its own (nothing in it is wrong) but not against the witness.
+    let (code, out, err) = verify(&old, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = verify(&old, &[&url]);
+    assert_eq!(code, 1, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["problem"]["code"], "trusted_size", "{v}");
+    let m = v["problem"]["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!("witness {url}")) && m.contains("rollback"),
+        "{m}"
+    );
+    // A witness that follows the log but cosigned nothing yet: nothing to compare, said so.
+    let idle_url = format!("http://{idle_addr}");
+    let (code, out, err) = verify(&old, &[&idle_url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("has cosigned no checkpoint"), "{err}");
+    // A witness that does not follow this log, one that is gone, a bad URL: the command fails
+    // (exit 2) with witness_unavailable or invalid_witness, never a pass.
+    stop(idle);
+    let stranger_url = format!("http://{stranger_addr}");
+    for (u, code_name) in [
+        (stranger_url.as_str(), "witness_unavailable"),
+        (idle_url.as_str(), "witness_unavailable"),
+        ("https://witness.example/", "invalid_witness"),
+    ] {
+        let (code, out, err) = verify(&old, &[&url, u]);
+        assert_eq!(code, 2, "{u}: {out}{err}");
+        assert!(
+            err.contains(code_name) || out.contains(code_name),
+            "{u}: {out}{err}"
+        );
+    }
+    stop(w);
+    stop(stranger);
 }
