@@ -81,7 +81,10 @@ pub fn parse_witness_url(url: &str) -> Result<WitnessUrl> {
             "witness URL {q} holds whitespace or a control character"
         )));
     }
-    if url.len() >= 8 && url[..8].eq_ignore_ascii_case("https://") {
+    if url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    {
         return Err(invalid(format!(
             "witness URL {q}: https witnesses are not supported by this build (no TLS client); use http:// (a TLS-terminating proxy on this host, or a witness on a trusted network)"
         )));
@@ -540,6 +543,51 @@ impl Ledger {
 }
 
 /// The note with the cosignature lines appended.
+impl Ledger {
+    /// The latest stored checkpoint whose collected cosignatures satisfy `policy` (protocol
+    /// 14.4: a quorum of distinct witnesses named by the verifier, not by the ledger's
+    /// configuration), with the names counted; `None` when no stored checkpoint has them. One
+    /// scan of the collected cosignatures, in size order; each checkpoint's note is opened
+    /// with this ledger's key first.
+    ///
+    /// # Errors
+    /// `corrupt_store` for a stored checkpoint or cosignature that does not read; storage
+    /// errors.
+    pub fn witnessed_under(
+        &self,
+        policy: &crate::verify::WitnessPolicy,
+    ) -> Result<Option<(Checkpoint, Vec<String>)>> {
+        let snap = self.engine.snapshot()?;
+        let mut best = None;
+        let mut group: Option<(u64, Vec<String>)> = None;
+        let mut check = |g: Option<(u64, Vec<String>)>| -> Result<()> {
+            let Some((size, lines)) = g else {
+                return Ok(());
+            };
+            if lines.len() < policy.quorum() {
+                return Ok(());
+            }
+            let Some(note) = stored::checkpoint_at(&*snap, size)? else {
+                return Ok(());
+            };
+            let (cp, note, _) = opened(self, note)?;
+            if let Ok(names) = policy.check(joined(&note, &lines)?.as_bytes()) {
+                best = Some((cp, names));
+            }
+            Ok(())
+        };
+        for e in stored::cosignatures_from(&*snap, 0) {
+            let (size, _, line) = e?;
+            match &mut group {
+                Some((s, lines)) if *s == size => lines.push(line),
+                _ => check(group.replace((size, vec![line])))?,
+            }
+        }
+        check(group)?;
+        Ok(best)
+    }
+}
+
 fn joined(note: &str, lines: &[String]) -> Result<String> {
     if lines.is_empty() {
         return Ok(note.to_string());

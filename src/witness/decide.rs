@@ -20,7 +20,7 @@
 use crate::clock::{MICROS_PER_SECOND, Timestamp};
 use crate::error::{Error, ErrorCode};
 use crate::format::merkle::{Hash, empty_root, verify_consistency};
-use crate::format::note::{NoteError, NoteVerifier, open};
+use crate::format::note::{NoteError, NoteVerifier, open, parse_note, signature_line};
 
 use super::cosignature::CosignatureSigner;
 use super::request::AddCheckpoint;
@@ -41,8 +41,9 @@ pub struct Cosigned {
     pub state: LogState,
     /// The answer's body: the cosignature line, newline included.
     pub cosignature: String,
-    /// The checkpoint note as submitted with the cosignature line appended (what the read
-    /// endpoint for monitors serves).
+    /// The checkpoint note rebuilt from the body, the log's verified signature lines and the
+    /// cosignature line (what the read endpoint for monitors serves); other lines of the
+    /// submitted note are not kept.
     pub note: String,
 }
 
@@ -166,12 +167,29 @@ pub fn decide(
             )
         })?;
     let cosignature = witness.cosign_line(request.body(), seconds)?;
+    // The note kept and served to monitors is rebuilt: the body, the log's signature lines
+    // (each verified by `open` above) and this cosignature. Whatever else the submitter put on
+    // the note (lines of unknown keys, up to the note's line cap and the body cap) is dropped,
+    // so no one can make the served note too long to parse or fetch, or speak under the
+    // witness's name.
+    let parsed = parse_note(request.note().as_bytes())
+        .map_err(|e| Refusal::new(ErrorCode::InvalidAddCheckpoint, format!("note: {e}")))?;
+    let mut note = format!("{}\n", request.body());
+    for line in &parsed.signatures {
+        if log_keys
+            .iter()
+            .any(|k| k.name() == line.name && k.key_id() == line.key_id)
+        {
+            note.push_str(&signature_line(line.name, line.key_id, &line.signature));
+        }
+    }
+    note.push_str(&cosignature);
     Ok(Cosigned {
         state: LogState {
             size: cp.size,
             root: cp.root,
         },
-        note: format!("{}{cosignature}", request.note()),
+        note,
         cosignature,
     })
 }
@@ -237,6 +255,29 @@ mod tests {
             Ok(c) => panic!("cosigned {c:?}"),
             Err(e) => e,
         }
+    }
+
+    #[test]
+    fn the_kept_note_has_the_log_lines_and_the_cosignature_only() {
+        let mut log = Log::new(1);
+        log.grow(5, "a");
+        let clean = log.note(5);
+        // Someone resubmits the public checkpoint padded with lines of unknown keys, one of
+        // them under the witness's own name.
+        let other = NoteSigner::from_seed("junk.example", &[9; 32]).unwrap();
+        let junk = other
+            .sign(
+                &Checkpoint::parse(parse_note(clean.as_bytes()).unwrap().text)
+                    .unwrap()
+                    .body(),
+            )
+            .unwrap();
+        let junk_line = junk.rsplit_once("\n\n").unwrap().1;
+        let forged = signature_line("witness.example/w1", [1, 2, 3, 4], &[7; 72]);
+        let padded = format!("{clean}{}{forged}", junk_line.repeat(40));
+        let req = AddCheckpoint::new(0, vec![], padded).unwrap();
+        let c = run(&log, &req, None).unwrap();
+        assert_eq!(c.note, format!("{clean}{}", c.cosignature));
     }
 
     #[test]

@@ -180,6 +180,13 @@ pub enum Command {
         /// of it, is reported (rollback, rewrite), as with --trusted.
         #[arg(long = "witness-url")]
         witness_urls: Vec<String>,
+        /// A witness's `cosignature/v1` verifier key (repeatable): some stored checkpoint must
+        /// carry collected cosignatures of --min-witnesses of them.
+        #[arg(long = "witness")]
+        witnesses: Vec<String>,
+        /// How many distinct named witnesses must have cosigned (default: all of them).
+        #[arg(long)]
+        min_witnesses: Option<usize>,
     },
     /// Rebuild every derived index from the records.
     Reindex,

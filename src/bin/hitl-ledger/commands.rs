@@ -108,7 +108,13 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Verify {
             trusted,
             witness_urls,
-        } => verify(&dir, f, trusted.as_deref(), &witness_urls),
+            witnesses,
+            min_witnesses,
+        } => {
+            let policy = hitl_ledger::verify::WitnessPolicy::new(&witnesses, min_witnesses)
+                .map_err(usage)?;
+            verify(&dir, f, trusted.as_deref(), &witness_urls, policy.as_ref())
+        }
         Command::Reindex => reindex(&dir, f),
         Command::Serve {
             listen,
@@ -466,6 +472,7 @@ fn verify(
     f: Format,
     trusted: Option<&Path>,
     witness_urls: &[String],
+    policy: Option<&hitl_ledger::verify::WitnessPolicy>,
 ) -> Result<Outcome> {
     let trusted_bytes = match trusted {
         Some(p) => Some(std::fs::read(p).map_err(|e| usage(format!("{}: {e}", p.display())))?),
@@ -495,6 +502,23 @@ fn verify(
                     report.problems.push(p);
                 }
             }
+        }
+    }
+    if let Some(policy) = policy {
+        match ledger.witnessed_under(policy)? {
+            Some((cp, names)) => eprintln!(
+                "hitl-ledger: witnessed: the checkpoint of {} records carries cosignatures of {}",
+                cp.size,
+                names.join(", ")
+            ),
+            None => report.problems.push(hitl_ledger::verify::Problem::global(
+                hitl_ledger::verify::ProblemCode::InsufficientCosignatures,
+                format!(
+                    "no stored checkpoint carries cosignatures of {} of the {} named witnesses",
+                    policy.quorum(),
+                    policy.witnesses().len()
+                ),
+            )),
         }
     }
     hitl_ledger::verify::sort_problems(&mut report.problems);

@@ -51,9 +51,8 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(st.success());
 }
 
-/// Every checkpoint of a ledger by size, with the ledger (opened and closed here).
-fn checkpoints(dir: &Path) -> Vec<(u64, String)> {
-    let l = Ledger::open(dir).unwrap();
+/// Every checkpoint of a ledger by size.
+fn checkpoints(l: &Ledger) -> Vec<(u64, String)> {
     let mut out: Vec<(u64, String)> = l
         .checkpoints()
         .unwrap()
@@ -70,12 +69,8 @@ fn checkpoints(dir: &Path) -> Vec<(u64, String)> {
     out
 }
 
-fn proof(dir: &Path, from: u64, to: u64) -> Vec<hitl_ledger::format::merkle::Hash> {
-    Ledger::open(dir)
-        .unwrap()
-        .consistency_proof(from, to)
-        .unwrap()
-        .proof
+fn proof(l: &Ledger, from: u64, to: u64) -> Vec<hitl_ledger::format::merkle::Hash> {
+    l.consistency_proof(from, to).unwrap().proof
 }
 
 fn export(dir: &Path, thread: &str) -> Value {
@@ -168,15 +163,17 @@ fn the_witness_of_the_original_refuses_every_checkpoint_of_a_fork_and_the_policy
     let w = witness("witness.example/compliance", 7);
     let now = Timestamp::parse(NOW).unwrap();
 
+    // Each ledger opened once for its checkpoints and proofs (and closed before the exports).
+    let (la, lb) = (Ledger::open(a).unwrap(), Ledger::open(b).unwrap());
     // The witness follows the original, checkpoint by checkpoint, from the empty log.
     let mut state: Option<LogState> = None;
     let mut cosigned_latest = None;
-    for (size, note) in checkpoints(a) {
+    for (size, note) in checkpoints(&la) {
         let old = state.as_ref().map_or(0, |s| s.size);
         let p = if old == 0 {
             vec![]
         } else {
-            proof(a, old, size)
+            proof(&la, old, size)
         };
         let req = AddCheckpoint::new(old, p, note.clone()).unwrap();
         let c = decide(
@@ -196,14 +193,14 @@ fn the_witness_of_the_original_refuses_every_checkpoint_of_a_fork_and_the_policy
     // Every checkpoint of the fork is refused, whatever old size and proof the log sends: the
     // sizes it holds up to the divergence are ones the witness already passed (409 from any
     // old size but its own), and from its own size no proof leads to the fork's roots.
-    let fork_cps = checkpoints(b);
+    let fork_cps = checkpoints(&lb);
     let diverged: Vec<&(u64, String)> = fork_cps.iter().filter(|(s, _)| *s > 1).collect();
     assert!(diverged.len() >= 4, "{}", diverged.len());
     for (size, note) in &diverged {
         // From the witness's own size: inconsistent (422), or, for a smaller fork checkpoint,
         // an old size larger than the checkpoint (400).
         let p = if stored.size <= *size {
-            proof(b, stored.size, *size)
+            proof(&lb, stored.size, *size)
         } else {
             vec![]
         };
@@ -226,7 +223,7 @@ fn the_witness_of_the_original_refuses_every_checkpoint_of_a_fork_and_the_policy
             let p = if old == 0 {
                 vec![]
             } else {
-                proof(b, old, *size)
+                proof(&lb, old, *size)
             };
             let req = AddCheckpoint::new(old, p, note.clone()).unwrap();
             let r = decide(&req, std::slice::from_ref(&log_key), Some(&stored), &w, now)
@@ -236,6 +233,7 @@ fn the_witness_of_the_original_refuses_every_checkpoint_of_a_fork_and_the_policy
         }
     }
 
+    drop((la, lb));
     let wkey = w.verifier_key();
     // The original's bundle, cosigned by the witness, passes a policy of that witness.
     let a_bundle = export(a, "t");

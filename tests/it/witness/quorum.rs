@@ -242,6 +242,32 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["witnesses"], json!(["w1.example"]));
     assert_eq!(v["records"], json!(6), "{v}");
+
+    // `verify` of the store under a policy: some stored checkpoint carries both cosignatures;
+    // none carries a third witness's.
+    let (code, out, err) = run(&d, &["verify", "--witness", &k1, "--witness", &k2]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("w1.example, w2.example"), "{err}");
+    let k3 = hitl_ledger::witness::CosignatureSigner::from_seed("w3.example", &[3; 32])
+        .unwrap()
+        .verifier_key();
+    let (code, out, err) = run(
+        &d,
+        &[
+            "verify",
+            "--format",
+            "json",
+            "--witness",
+            &k1,
+            "--witness",
+            &k3,
+            "--min-witnesses",
+            "2",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["problem"]["code"], "insufficient_cosignatures", "{v}");
 }
 
 /// `verify --witness-url`: a data directory restored from an old snapshot is caught by asking
