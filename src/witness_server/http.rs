@@ -234,6 +234,12 @@ fn too_large(n: Option<u64>) -> Response {
     ))
 }
 
+/// How many `add-checkpoint` requests are read and decided at once, per process.
+pub const MAX_IN_FLIGHT: usize = 64;
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_IN_FLIGHT);
+/// How long an `add-checkpoint` body may take to arrive, whole.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn add_checkpoint(w: Arc<Witness>, req: Request) -> Response {
     // A declared length over the cap is refused before any byte of the body is read; an
     // undeclared (chunked) one is read up to the cap and no further.
@@ -247,8 +253,28 @@ async fn add_checkpoint(w: Arc<Witness>, req: Request) -> Response {
     {
         return close(too_large(Some(n)));
     }
+    // At most IN_FLIGHT requests are read and decided at once (the rest are 503 at once), and
+    // each body must arrive within BODY_DEADLINE: a client that trickles bytes holds one slot
+    // for that long and no more.
+    let Ok(_slot) = IN_FLIGHT.try_acquire() else {
+        return close(error_response(&Error::new(
+            ErrorCode::Overloaded,
+            format!(
+                "the witness is answering {MAX_IN_FLIGHT} add-checkpoint requests; retry later"
+            ),
+        )));
+    };
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
-    let bytes = match body.collect().await {
+    let Ok(collected) = tokio::time::timeout(BODY_DEADLINE, body.collect()).await else {
+        return close(error_response(&Error::new(
+            ErrorCode::InvalidAddCheckpoint,
+            format!(
+                "the add-checkpoint body did not arrive within {} s",
+                BODY_DEADLINE.as_secs()
+            ),
+        )));
+    };
+    let bytes = match collected {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return close(too_large(None)),
         Err(e) => {

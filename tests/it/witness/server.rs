@@ -510,3 +510,27 @@ fn concurrent_submissions_of_two_forks_are_never_both_cosigned() {
     }
     stop(child);
 }
+
+#[test]
+fn a_body_that_never_arrives_is_refused_after_the_deadline() {
+    let (_t, dir, _) = new_witness();
+    let (child, addr) = start(&dir, &[]);
+    // A length declared, a few bytes sent, then nothing: refused once the deadline passes,
+    // not held for ever.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+    write!(
+        s,
+        "POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: 1000\r\n\r\nold 0\n"
+    )
+    .unwrap();
+    let a = read_answer(&mut s).unwrap();
+    assert_eq!(
+        (a.status, a.header("x-hitl-error")),
+        (400, Some("invalid_add_checkpoint")),
+        "{}",
+        a.body
+    );
+    assert!(a.body.contains("did not arrive within"), "{}", a.body);
+    stop(child);
+}
