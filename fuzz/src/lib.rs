@@ -3,7 +3,7 @@
 //!
 //! The modules are the main crate's files, included by path with its module tree (so that
 //! `crate::format::jcs` and the like resolve as there): `error`, `codec` (rank 0), `clock`
-//! (rank 1), `format` (rank 2), `model` and `verify` (rank 3). They import nothing else
+//! (rank 1), `format` (rank 2), `model` and `witness` (rank 3) and `verify` (rank 4). They import nothing else
 //! (`docs/design.md`, "Layers"), which is what lets this crate build without RocksDB.
 
 // The included modules are written for the main crate, which uses more of them.
@@ -21,6 +21,8 @@ pub mod format;
 pub mod model;
 #[path = "../../src/verify/mod.rs"]
 pub mod verify;
+#[path = "../../src/witness/mod.rs"]
+pub mod witness;
 
 pub use error::{Error, ErrorCode, Result};
 
