@@ -12,6 +12,7 @@ pub mod governance;
 pub mod maintenance;
 pub mod metrics;
 pub mod op;
+mod prefetch;
 pub mod proofs;
 pub mod reads;
 mod replay;
@@ -46,6 +47,11 @@ pub struct LedgerOptions {
     pub clock: Arc<dyn Clock>,
     /// A policy file other than `DIR/policy.json`.
     pub policy_path: Option<PathBuf>,
+    /// A PostgreSQL database to read from instead of the one `ledger.json` names, typically a
+    /// hot standby (`--read-database`): the ledger is opened to read only (every write is
+    /// refused), without the data directory's process lock, so an audit runs beside the
+    /// servers without loading the primary.
+    pub read_database: Option<String>,
 }
 
 impl Default for LedgerOptions {
@@ -53,6 +59,7 @@ impl Default for LedgerOptions {
         LedgerOptions {
             clock: Arc::new(SystemClock),
             policy_path: None,
+            read_database: None,
         }
     }
 }
@@ -210,7 +217,11 @@ impl Ledger {
         datadir::private_umask();
         datadir::check_private(dir)?;
         let config = datadir::read_config(dir)?;
-        let lock = datadir::lock_dir(dir)?;
+        // Reading from another database writes nothing here: no lock to take.
+        let lock = match opts.read_database {
+            None => Some(datadir::lock_dir(dir)?),
+            Some(_) => None,
+        };
         let signer = datadir::read_signer(dir, &config.origin)?;
         let key = datadir::read_redaction_key(dir)?;
         let policy_path = opts
@@ -230,8 +241,17 @@ impl Ledger {
             clock: opts.clock,
         };
         let mut mismatch = None;
-        let engine: Box<dyn Engine> = match &config.engine {
-            EngineConfig::Rocks => {
+        let engine: Box<dyn Engine> = match (&config.engine, &opts.read_database) {
+            (EngineConfig::Postgres { .. }, Some(url)) => {
+                Box::new(PgEngine::open_reader(url, ledger_row(&id))?)
+            }
+            (EngineConfig::Rocks, Some(_)) => {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "--read-database reads a ledger kept on PostgreSQL; this one is on RocksDB",
+                ));
+            }
+            (EngineConfig::Rocks, None) => {
                 Box::new(RocksEngine::open(&dir.join(files::DB), false).map_err(|e| {
                     Error::new(
                         ErrorCode::DataDir,
@@ -239,13 +259,29 @@ impl Ledger {
                     )
                 })?)
             }
-            EngineConfig::Postgres { url } => {
+            (EngineConfig::Postgres { url }, None) => {
                 let e = PgEngine::open(url, ledger_row(&id))?;
                 mismatch = e.mismatch()?;
                 Box::new(e)
             }
         };
+        let reading_only = opts.read_database.is_some();
+        if reading_only && index::latest_checkpoint(&*engine.snapshot()?)?.is_none() {
+            return Err(Error::new(
+                ErrorCode::DataDir,
+                format!(
+                    "the read database ({}) holds no signed checkpoint",
+                    engine.describe()
+                ),
+            ));
+        }
         let mut ledger = Ledger::on_engine(engine, id)?;
+        if reading_only && ledger.unwritable.is_none() {
+            ledger.unwritable = Some(Error::new(
+                ErrorCode::Usage,
+                "this process reads from a read database (--read-database) and writes nothing",
+            ));
+        }
         if let Some(m) = mismatch {
             // A server whose origin or key differs from the database's reads, never writes.
             ledger.unwritable = Some(Error::storage_failure(
@@ -255,7 +291,7 @@ impl Ledger {
             ));
         }
         ledger.dir = Some(dir.to_path_buf());
-        ledger._lock = Some(lock);
+        ledger._lock = lock;
         Ok(ledger)
     }
 

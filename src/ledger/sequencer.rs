@@ -226,6 +226,7 @@ impl Ledger {
         let engine_now = txn.now().map_err(BatchError::from_storage)?;
         let (results, appended, changes) = {
             let mut view = View::new(&*txn);
+            super::prefetch::read_ahead(self, &view, ops).map_err(BatchError::Failed)?;
             let head = index::head(&view).map_err(BatchError::Failed)?;
             // The engine's clock where it has one (servers sharing a database agree on every
             // deadline), unless a test injected the only time there is.

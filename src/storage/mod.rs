@@ -399,6 +399,19 @@ pub trait Read {
         keys.iter().map(|k| self.get(ks, k)).collect()
     }
 
+    /// Reads ahead: the keys a caller is about to `get`, several keyspaces at once. An engine
+    /// whose reads cost a round trip each (PostgreSQL's write transaction) fetches them all in
+    /// one and answers the later `get`s from what it fetched; an embedded engine, whose reads
+    /// are cheap, ignores it (the default). Nothing is returned and nothing about what later
+    /// reads answer changes, only what they cost.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    fn prefetch(&self, wanted: &[(Keyspace, Vec<Vec<u8>>)]) -> Result<(), StorageError> {
+        let _ = wanted;
+        Ok(())
+    }
+
     /// The entries from `start` (inclusive) on, in unsigned byte order of their keys.
     fn scan<'a>(&'a self, ks: Keyspace, start: &[u8]) -> Scan<'a>;
 
@@ -457,6 +470,13 @@ pub trait Engine: Send + Sync + fmt::Debug {
     /// Point reads and scan steps served so far (for benchmarks that count a read path's
     /// work); 0 when the engine does not count.
     fn reads(&self) -> u64 {
+        0
+    }
+
+    /// The round trips to a database server the write transactions made so far (the begin,
+    /// every read that reached the server, the writes and the commit), for tests and benchmarks
+    /// that hold a batch's cost to a bound; 0 for an embedded engine.
+    fn write_round_trips(&self) -> u64 {
         0
     }
 

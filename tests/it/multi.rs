@@ -1029,3 +1029,111 @@ fn a_standby_given_as_the_database_to_write_is_refused_before_anything_is_writte
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("names a standby"), "{err}");
 }
+
+/// `verify` and `export` read a hot standby with `--read-database URL`: beside a running server
+/// (whose data directory's lock they do not need), and still once the primary is gone, so what
+/// they read is the standby's; each names the checkpoint it reflects. A RocksDB ledger, a
+/// database of another ledger and one that cannot be reached are refused with their codes.
+#[test]
+fn verify_and_export_read_a_hot_standby_given_as_the_read_database() {
+    let (primary, standby, url) = replicated(true);
+    let (tmp, tokens) = first_server_dir_at(&url);
+    let a = tmp.path().join("a");
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    let standby_url = format!("postgres://postgres@127.0.0.1:{}/{db}", standby.port());
+    let servers = Servers::start(std::slice::from_ref(&a));
+    for i in 0..20 {
+        let r = post(
+            servers.addrs[0],
+            "/v1/interrupts",
+            &tokens["agent"],
+            &interrupt_body(&format!("rd-{i}"), "rd-thread"),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    // The checkpoint note: origin, size, root.
+    let note = get(servers.addrs[0], "/v1/checkpoint", &tokens["auditor"]).text();
+    let size: u64 = note.lines().nth(1).unwrap().parse().unwrap();
+    // Synchronous commit waits for the standby's flush, not its replay: wait for the replay.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _, err) = run(&a, &["verify", "--read-database", &standby_url]);
+        if code == 0 && err.contains(&format!("latest checkpoint is of {size} records")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not replay: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Without the flag, the running server's data directory is in use.
+    let (code, _, err) = run(&a, &["verify"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("in use"), "{err}");
+
+    // Another ledger (another key), made while the primary is up.
+    let (other_dir, _) = first_server_dir_at(&fresh_database(&primary.url));
+
+    // The primary gone: the standby alone answers, verified and exported.
+    drop(servers);
+    primary.kill();
+    let (code, out, err) = run(&a, &["verify", "--read-database", &standby_url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("ok: {size} records")), "{out}");
+    assert!(err.contains("read only"), "{err}");
+    let bundle = tmp.path().join("bundle.json");
+    let (code, _, err) = run(
+        &a,
+        &[
+            "export",
+            "--thread",
+            "rd-thread",
+            "--read-database",
+            &standby_url,
+            "--out",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("latest checkpoint is of {size} records")),
+        "{err}"
+    );
+    let key = std::fs::read_to_string(a.join("verifier.key")).unwrap();
+    let (code, out, err) = run(
+        &a,
+        &[
+            "verify-export",
+            bundle.to_str().unwrap(),
+            "--key",
+            key.trim(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    // Bad input: a RocksDB ledger (usage, 2), a database holding another ledger, one that
+    // cannot be reached; none of them names a password.
+    let rocks = tmp.path().join("rocks");
+    let (code, _, err) = run(&rocks, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&rocks, &["verify", "--read-database", &standby_url]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("RocksDB"), "{err}");
+    let (code, _, err) = run(
+        &other_dir.path().join("a"),
+        &["verify", "--read-database", &standby_url],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("another ledger"), "{err}");
+    let (code, _, err) = run(
+        &a,
+        &[
+            "verify",
+            "--read-database",
+            "postgres://postgres:sekret@127.0.0.1:1/x",
+        ],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(!err.contains("sekret"), "{err}");
+}

@@ -661,6 +661,7 @@ fn open_at(dir: &std::path::Path, clock: &hitl_ledger::clock::ManualClock) -> Le
         hitl_ledger::ledger::LedgerOptions {
             clock: std::sync::Arc::new(clock.clone()),
             policy_path: None,
+            read_database: None,
         },
     )
     .unwrap()

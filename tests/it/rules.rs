@@ -253,6 +253,7 @@ fn reopen_as_is(f: &mut Fixture) {
     let opts = LedgerOptions {
         clock: Arc::new(f.clock.clone()),
         policy_path: None,
+        read_database: None,
     };
     f.ledger = Some(Arc::new(Ledger::open_with(f.path(), opts).unwrap()));
 }

@@ -370,3 +370,79 @@ fn a_postgresql_write_transaction_reads_each_key_once_and_the_next_one_afresh() 
     assert_eq!(t.get(Keyspace::Meta, b"a").unwrap(), Some(b"2".to_vec()));
     drop(t);
 }
+
+/// A batch on PostgreSQL costs a few round trips under the head row's lock whatever its size:
+/// the begin takes the lock and the clock in one (`begin_locked`), the gate's reads for the
+/// whole batch are asked ahead in two (`ledger::prefetch`, `PgTxn::prefetch`), the writes of
+/// every keyspace go in one statement (`write_changes`), then the commit. Without any one of
+/// them a batch of 64 costs more: without the read-ahead 200 to 391 round trips here, with a
+/// begin of three statements 7 or 8. The budget: the begin, one or two read-ahead rounds, one
+/// read of the tree's edge tile the read-ahead does not name, the write, the commit.
+#[test]
+fn a_postgresql_batch_costs_a_few_round_trips_whatever_its_size() {
+    use hitl_ledger::ledger::{EngineConfig, Extra, Op};
+    let (server, _cluster) = crate::engine::some_pg_server();
+    let url = crate::engine::fresh_database(&server);
+    let f = Fixture::on_engine(ORIGIN, None, EngineConfig::Postgres { url });
+    let l = f.l();
+    let n = 64;
+    let trips = |ops: Vec<(Op, hitl_ledger::format::record::Actor)>| {
+        let before = l.engine().write_round_trips();
+        let results = l.execute(ops);
+        let spent = l.engine().write_round_trips() - before;
+        (results, spent)
+    };
+    // One batch first: the ledger's first policy record and tree tile are not the subject.
+    f.interrupt("warm", "warm-thread", refund(1));
+
+    let (results, interrupts) = trips(
+        (0..n)
+            .map(|i| {
+                let req = interrupt_req(&format!("r{i}"), &format!("t{i}"), refund(i));
+                (Op::Interrupt(req), agent())
+            })
+            .collect(),
+    );
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let (results, decisions) = trips(
+        (0..n)
+            .map(|i| {
+                (
+                    Op::Decide(format!("r{i}"), decision("approve", None)),
+                    reviewer(),
+                )
+            })
+            .collect(),
+    );
+    let tickets: Vec<String> = results
+        .into_iter()
+        .map(|r| match r.unwrap().appended().unwrap().extra {
+            Extra::Decision { ticket_id, .. } => ticket_id.unwrap(),
+            other => panic!("not a decision: {other:?}"),
+        })
+        .collect();
+    let (results, grants) = trips(
+        tickets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let req = authorize_req(t, refund(i as u64), Some("attempt-1"));
+                (Op::Authorize(format!("r{i}"), req), agent())
+            })
+            .collect(),
+    );
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    eprintln!(
+        "round trips per batch of {n}: interrupts {interrupts}, decisions {decisions}, authorizations {grants}"
+    );
+    for (what, spent) in [
+        ("interrupts", interrupts),
+        ("decisions", decisions),
+        ("authorizations", grants),
+    ] {
+        assert!(
+            spent <= 6,
+            "a batch of {n} {what} took {spent} round trips in its write transaction"
+        );
+    }
+}

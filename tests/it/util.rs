@@ -96,16 +96,18 @@ impl Fixture {
     }
 
     pub fn with_origin(origin: &str, policy: Option<&str>) -> Fixture {
+        Fixture::on_engine(origin, policy, crate::engine::for_new_ledger())
+    }
+
+    /// A fixture on the engine given (whatever the suite runs on).
+    pub fn on_engine(
+        origin: &str,
+        policy: Option<&str>,
+        engine: hitl_ledger::ledger::EngineConfig,
+    ) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
-        Ledger::init_at(
-            dir.path(),
-            origin,
-            crate::engine::for_new_ledger(),
-            Arc::new(clock.clone()),
-            policy,
-        )
-        .unwrap();
+        Ledger::init_at(dir.path(), origin, engine, Arc::new(clock.clone()), policy).unwrap();
         let mut f = Fixture {
             dir,
             clock,
@@ -140,6 +142,7 @@ impl Fixture {
         let opts = LedgerOptions {
             clock: Arc::new(self.clock.clone()),
             policy_path: None,
+            read_database: None,
         };
         let ledger = Ledger::open_with(self.dir.path(), opts).unwrap();
         // A test that rewrote policy.json changes the policy as an operator would: the policy

@@ -243,6 +243,7 @@ pub fn build(dir: &Path, target: u64, log: &dyn Fn(&str)) -> BoxResult<History> 
         LedgerOptions {
             clock: Arc::new(clock.clone()),
             policy_path: None,
+            read_database: None,
         },
     )?
     .with_unsynced_commits_for_benchmarks();

@@ -187,6 +187,10 @@ pub enum Command {
         /// How many distinct named witnesses must have cosigned (default: all of them).
         #[arg(long)]
         min_witnesses: Option<usize>,
+        /// Read the ledger from this PostgreSQL database instead (a hot standby), so the
+        /// audit does not load the primary; the checkpoint it reflects is printed.
+        #[arg(long, value_name = "URL")]
+        read_database: Option<String>,
     },
     /// Rebuild every derived index from the records.
     Reindex,
@@ -246,6 +250,10 @@ pub enum Command {
         /// cosignatures it has).
         #[arg(long, value_name = "N")]
         witnessed: Option<usize>,
+        /// Read the thread from this PostgreSQL database instead (a hot standby); the
+        /// checkpoint the bundle is proved against is printed.
+        #[arg(long, value_name = "URL")]
+        read_database: Option<String>,
     },
     /// The witnesses that cosign the ledger's checkpoints (protocol 14.6).
     Witnesses {

@@ -110,10 +110,18 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             witness_urls,
             witnesses,
             min_witnesses,
+            read_database,
         } => {
             let policy = hitl_ledger::verify::WitnessPolicy::new(&witnesses, min_witnesses)
                 .map_err(usage)?;
-            verify(&dir, f, trusted.as_deref(), &witness_urls, policy.as_ref())
+            let ledger = open_for_reading(&dir, read_database)?;
+            verify(
+                &ledger,
+                f,
+                trusted.as_deref(),
+                &witness_urls,
+                policy.as_ref(),
+            )
         }
         Command::Reindex => reindex(&dir, f),
         Command::Serve {
@@ -166,7 +174,11 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             thread,
             out: path,
             witnessed,
-        } => export(&dir, f, &thread, path.as_deref(), witnessed),
+            read_database,
+        } => {
+            let ledger = open_for_reading(&dir, read_database)?;
+            export(&ledger, f, &thread, path.as_deref(), witnessed)
+        }
         Command::Witnesses { action } => crate::witnesses::run(&dir, f, action),
         Command::VerifyExport {
             file,
@@ -467,8 +479,32 @@ fn checkpoint(dir: &Path, f: Format) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
+/// The ledger of `dir`, read from `read_database` when one is given (a hot standby): then the
+/// checkpoint that database holds, which is what the answer reflects, is printed first.
+fn open_for_reading(dir: &Path, read_database: Option<String>) -> Result<Ledger> {
+    let Some(url) = read_database else {
+        return Ledger::open(dir);
+    };
+    let ledger = Ledger::open_with(
+        dir,
+        hitl_ledger::ledger::LedgerOptions {
+            read_database: Some(url),
+            ..Default::default()
+        },
+    )?;
+    use base64::Engine as _;
+    let (cp, _) = ledger.latest_checkpoint()?;
+    eprintln!(
+        "hitl-ledger: reading {}: its latest checkpoint is of {} records, root {}",
+        ledger.engine().describe(),
+        cp.size,
+        base64::engine::general_purpose::STANDARD.encode(cp.root)
+    );
+    Ok(ledger)
+}
+
 fn verify(
-    dir: &Path,
+    ledger: &Ledger,
     f: Format,
     trusted: Option<&Path>,
     witness_urls: &[String],
@@ -478,15 +514,14 @@ fn verify(
         Some(p) => Some(std::fs::read(p).map_err(|e| usage(format!("{}: {e}", p.display())))?),
         None => None,
     };
-    let ledger = Ledger::open(dir)?;
-    let witnessed = witnessed_checkpoints(&ledger, witness_urls)?;
+    let witnessed = witnessed_checkpoints(ledger, witness_urls)?;
     let tty = std::io::stderr().is_terminal();
     let mut progress = |done: u64, total: u64| {
         if tty {
             eprint!("\rverifying {done}/{total} records");
         }
     };
-    let mut report = fsck::verify(&ledger, trusted_bytes.as_deref(), &mut progress)?;
+    let mut report = fsck::verify(ledger, trusted_bytes.as_deref(), &mut progress)?;
     if tty {
         eprintln!();
     }
@@ -497,7 +532,7 @@ fn verify(
                 eprintln!("hitl-ledger: witness {url} has cosigned no checkpoint of this log yet")
             }
             Some(note) => {
-                if let Some(mut p) = fsck::check_trusted(&ledger, note.as_bytes())? {
+                if let Some(mut p) = fsck::check_trusted(ledger, note.as_bytes())? {
                     p.message = format!("the checkpoint witness {url} cosigned: {}", p.message);
                     report.problems.push(p);
                 }
@@ -562,17 +597,16 @@ fn reindex(dir: &Path, f: Format) -> Result<Outcome> {
 }
 
 fn export(
-    dir: &Path,
+    ledger: &Ledger,
     f: Format,
     thread: &str,
     path: Option<&Path>,
     witnessed: Option<usize>,
 ) -> Result<Outcome> {
-    let ledger = Ledger::open(dir)?;
     let mut buf: Vec<u8> = Vec::new();
     match f {
-        Format::Jsonl => views::export_jsonl(&ledger, thread, &mut buf)?,
-        Format::Csv => views::export_csv(&ledger, thread, &mut buf)?,
+        Format::Jsonl => views::export_jsonl(ledger, thread, &mut buf)?,
+        Format::Csv => views::export_csv(ledger, thread, &mut buf)?,
         Format::Text | Format::Json => {
             let b = ledger.export_witnessed(thread, witnessed.unwrap_or(0))?;
             buf = serde_json::to_vec_pretty(&b.to_value())

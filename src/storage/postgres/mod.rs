@@ -168,6 +168,8 @@ pub struct PgEngine {
     writer: Mutex<Option<(Client, Backend)>>,
     readers: Mutex<Vec<Client>>,
     reads: AtomicU64,
+    /// The write transactions' round trips: begin, reads, writes and commit.
+    write_trips: AtomicU64,
     name: String,
 }
 
@@ -316,8 +318,45 @@ impl PgEngine {
             writer: Mutex::new(None),
             readers: Mutex::new(vec![client]),
             reads: AtomicU64::new(0),
+            write_trips: AtomicU64::new(0),
             name,
         };
+        Ok(engine)
+    }
+
+    /// Opens a database to read only, a hot standby as well as the primary (`verify` and
+    /// `export` with `--read-database`): nothing is created or written, and the database must
+    /// hold this ledger (the same origin and verifier key in its row).
+    ///
+    /// # Errors
+    /// [`StorageError::Unavailable`] when it cannot be reached; [`StorageError::Incompatible`]
+    /// when it holds no ledger or another one, naming what differs; engine errors.
+    pub fn open_reader(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {
+        let config = parse_url(url)?;
+        let name = config.config.get_dbname().map_or_else(
+            || format!("postgres (sslmode {}, read only)", config.mode.as_str()),
+            |d| {
+                format!(
+                    "postgres database {d} (sslmode {}, read only)",
+                    config.mode.as_str()
+                )
+            },
+        );
+        let client = connect(&config)?;
+        let engine = PgEngine {
+            config,
+            expect,
+            writer: Mutex::new(None),
+            readers: Mutex::new(vec![client]),
+            reads: AtomicU64::new(0),
+            write_trips: AtomicU64::new(0),
+            name,
+        };
+        if let Some(m) = engine.mismatch()? {
+            return Err(StorageError::Incompatible(format!(
+                "the read database holds another ledger: {m}"
+            )));
+        }
         Ok(engine)
     }
 
@@ -327,7 +366,7 @@ impl PgEngine {
     /// Engine errors; [`StorageError::Incompatible`] when there is no ledger row.
     pub fn mismatch(&self) -> Result<Option<String>, StorageError> {
         let mut c = self.reader()?;
-        let row = read_row(&mut c, false);
+        let row = read_row(&mut c);
         self.give_back(c);
         Ok(self.compare(&row?))
     }
@@ -503,12 +542,45 @@ fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageEr
     Ok(())
 }
 
-fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError> {
-    let sql = if for_update {
-        "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1 FOR UPDATE"
-    } else {
-        "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1"
+/// Begins the write transaction, takes the head row's lock and reads the row and the
+/// database's clock, in one round trip: the simple-query protocol carries several statements
+/// in one message (its answers are text, parsed here).
+fn begin_locked(c: &mut Client) -> Result<(LedgerRow, i64), StorageError> {
+    let messages = c
+        .simple_query(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SELECT origin, verifier_key, policy_sha256, \
+             (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
+             FROM hitl_ledger WHERE id = 1 FOR UPDATE",
+        )
+        .map_err(engine_err("beginning a write"))?;
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
+    let text = |i: usize| {
+        row.get(i)
+            .map(str::to_owned)
+            .ok_or_else(|| StorageError::engine("reading the ledger's row", "a NULL column"))
     };
+    let clock = text(3)?
+        .parse::<i64>()
+        .map_err(|e| StorageError::engine("reading the database's clock", e.to_string()))?;
+    Ok((
+        LedgerRow {
+            origin: text(0)?,
+            verifier_key: text(1)?,
+            policy_sha256: text(2)?,
+        },
+        clock,
+    ))
+}
+
+fn read_row(c: &mut Client) -> Result<LedgerRow, StorageError> {
+    let sql = "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1";
     let row = c
         .query_typed_opt(sql, &[])
         .map_err(engine_err("reading the ledger's row"))?
@@ -524,6 +596,8 @@ fn read_row(c: &mut Client, for_update: bool) -> Result<LedgerRow, StorageError>
 struct PgRead<'a> {
     engine: &'a PgEngine,
     client: RefCell<Option<Client>>,
+    /// Inside the write transaction: its reads count as its round trips.
+    write: bool,
 }
 
 impl PgRead<'_> {
@@ -537,6 +611,9 @@ impl PgRead<'_> {
             StorageError::Unavailable(format!("{context}: the connection was lost"))
         })?;
         self.engine.reads.fetch_add(1, Ordering::Relaxed);
+        if self.write {
+            self.engine.write_trips.fetch_add(1, Ordering::Relaxed);
+        }
         let r = f(c);
         if let Err(e) = &r
             && connection_lost(e)
@@ -686,6 +763,8 @@ struct PgTxn<'a> {
     /// rest of the transaction: read again (the gate reads a thread's head several times per
     /// record), it costs no round trip. Bounded by what one batch reads.
     seen: RefCell<Seen>,
+    /// The database's clock when the head row's lock was taken (microseconds).
+    clock: i64,
 }
 
 impl Read for PgTxn<'_> {
@@ -724,6 +803,79 @@ impl Read for PgTxn<'_> {
         }
         Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
     }
+    /// Every wanted key not read before, of every keyspace, in one query (a `UNION ALL` of one
+    /// `= ANY($n)` select per keyspace): what it finds and what it does not both go into
+    /// `seen`, so the gate's later reads of them cost no round trip.
+    fn prefetch(&self, wanted: &[(Keyspace, Vec<Vec<u8>>)]) -> Result<(), StorageError> {
+        let mut parts: Vec<(Keyspace, Vec<&[u8]>)> = Vec::new();
+        {
+            let seen = self.seen.borrow();
+            for (ks, keys) in wanted {
+                let mut fresh: Vec<&[u8]> = keys
+                    .iter()
+                    .map(Vec::as_slice)
+                    .filter(|k| !seen.contains_key(&(*ks, k.to_vec())))
+                    .collect();
+                fresh.sort_unstable();
+                fresh.dedup();
+                if fresh.is_empty() {
+                    continue;
+                }
+                match parts.iter_mut().find(|(k, _)| k == ks) {
+                    Some((_, v)) => v.extend(fresh),
+                    None => parts.push((*ks, fresh)),
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let sql = parts
+            .iter()
+            .enumerate()
+            .map(|(n, (ks, _))| {
+                format!(
+                    "SELECT {n}::int4, k, v FROM {} WHERE k = ANY(${})",
+                    table(*ks),
+                    n + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = parts
+            .iter()
+            .map(|(_, keys)| {
+                (
+                    keys as &(dyn postgres::types::ToSql + Sync),
+                    Type::BYTEA_ARRAY,
+                )
+            })
+            .collect();
+        let rows = self
+            .read
+            .with("read ahead", |c| c.query_typed(&sql, &params))?;
+        let mut seen = self.seen.borrow_mut();
+        for (ks, keys) in &parts {
+            for k in keys {
+                seen.insert((*ks, k.to_vec()), None);
+            }
+        }
+        for row in rows {
+            let n: i32 = row.get(0);
+            let ks = usize::try_from(n)
+                .ok()
+                .and_then(|n| parts.get(n))
+                .map(|(ks, _)| *ks)
+                .ok_or_else(|| {
+                    StorageError::engine("read ahead", "an answer of no keyspace asked")
+                })?;
+            seen.insert(
+                (ks, row.get::<_, Vec<u8>>(1)),
+                Some(row.get::<_, Vec<u8>>(2)),
+            );
+        }
+        Ok(())
+    }
     fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
         self.read.scan(ks, start)
     }
@@ -744,15 +896,10 @@ impl Drop for PgTxn<'_> {
 }
 
 impl WriteTxn for PgTxn<'_> {
+    /// The database's clock read with the head row's lock (one clock for every server
+    /// sharing the database, and no round trip of its own).
     fn now(&self) -> Result<Option<Timestamp>, StorageError> {
-        let micros: i64 = self.read.with("reading the database's clock", |c| {
-            c.query_typed_one(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
-                &[],
-            )
-            .map(|r| r.get(0))
-        })?;
-        Ok(Some(Timestamp::from_micros(micros)))
+        Ok(Some(Timestamp::from_micros(self.clock)))
     }
 
     fn commit(mut self: Box<Self>, changes: Changes, _d: Durability) -> Result<(), StorageError> {
@@ -779,7 +926,9 @@ impl WriteTxn for PgTxn<'_> {
             .take()
             .ok_or_else(|| StorageError::Retry("the connection was lost".into()))?;
         let backend = self.backend;
-        let result = write_changes(&mut c, &changes);
+        // The writes' statements are counted as they are sent, the COMMIT here.
+        engine.write_trips.fetch_add(1, Ordering::Relaxed);
+        let result = write_changes(&mut c, &changes, &engine.write_trips);
         if let Err(e) = result {
             let _ = c.batch_execute("ROLLBACK");
             if !c.is_closed() {
@@ -810,8 +959,13 @@ impl WriteTxn for PgTxn<'_> {
     }
 }
 
-/// Applies the changes inside the open transaction (not yet committed).
-fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> {
+/// Applies the changes inside the open transaction (not yet committed), in one statement: a
+/// data-modifying `WITH` holding one `DELETE … = ANY` and one `INSERT … unnest` per keyspace
+/// changed, so a batch's writes cost one round trip under the head row's lock whatever the
+/// number of keyspaces. A statement's parts cannot see one another's rows, which is safe here:
+/// a key is either put or deleted in one batch (`Changes` holds its last value), never both,
+/// and no part reads. A cleared keyspace (`reindex`) is emptied by a statement of its own first.
+fn write_changes(c: &mut Client, changes: &Changes, trips: &AtomicU64) -> Result<(), StorageError> {
     let fail = |e: postgres::Error| {
         if must_retry(&e) || connection_lost(&e) {
             StorageError::Retry(describe(&e))
@@ -820,59 +974,81 @@ fn write_changes(c: &mut Client, changes: &Changes) -> Result<(), StorageError> 
         }
     };
     for ks in changes.cleared() {
+        trips.fetch_add(1, Ordering::Relaxed);
         c.execute_typed(&format!("DELETE FROM {}", table(*ks)), &[])
             .map_err(fail)?;
     }
-    for ks in Keyspace::ALL {
-        let mut put_k: Vec<&[u8]> = Vec::new();
-        let mut put_v: Vec<&[u8]> = Vec::new();
-        let mut del: Vec<&[u8]> = Vec::new();
-        for (k, key, value) in changes.iter().filter(|(k, _, _)| *k == ks) {
-            let _ = k;
-            match value {
-                Some(v) => {
-                    put_k.push(key);
-                    put_v.push(v);
-                }
-                None => del.push(key),
+    // Per keyspace: the keys deleted, and the keys and values put.
+    let mut del: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    let mut put_k: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    let mut put_v: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    for (ks, key, value) in changes.iter() {
+        let n = ks_position(ks);
+        match value {
+            Some(v) => {
+                put_k[n].push(key);
+                put_v[n].push(v);
             }
-        }
-        if !del.is_empty() {
-            c.execute_typed(
-                &format!("DELETE FROM {} WHERE k = ANY($1)", table(ks)),
-                &[(&del, Type::BYTEA_ARRAY)],
-            )
-            .map_err(fail)?;
-        }
-        if put_k.is_empty() {
-            continue;
-        }
-        let sql = if ks.append_only() {
-            format!(
-                "INSERT INTO {} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])",
-                table(ks)
-            )
-        } else {
-            format!(
-                "INSERT INTO {} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
-                 ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
-                table(ks)
-            )
-        };
-        if let Err(e) = c.execute_typed(
-            &sql,
-            &[(&put_k, Type::BYTEA_ARRAY), (&put_v, Type::BYTEA_ARRAY)],
-        ) {
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-                return Err(StorageError::AppendOnly {
-                    keyspace: ks,
-                    key: put_k.first().map(|k| k.to_vec()).unwrap_or_default(),
-                });
-            }
-            return Err(fail(e));
+            None => del[n].push(key),
         }
     }
-    Ok(())
+    let mut parts: Vec<String> = Vec::new();
+    let mut params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = Vec::new();
+    for (n, ks) in Keyspace::ALL.iter().enumerate() {
+        if !del[n].is_empty() {
+            params.push((&del[n], Type::BYTEA_ARRAY));
+            parts.push(format!(
+                "d{n} AS (DELETE FROM {} WHERE k = ANY(${}))",
+                table(*ks),
+                params.len()
+            ));
+        }
+        if !put_k[n].is_empty() {
+            params.push((&put_k[n], Type::BYTEA_ARRAY));
+            params.push((&put_v[n], Type::BYTEA_ARRAY));
+            let upsert = if ks.append_only() {
+                ""
+            } else {
+                " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+            };
+            parts.push(format!(
+                "i{n} AS (INSERT INTO {} (k, v) SELECT * FROM unnest(${}::bytea[], ${}::bytea[]){upsert})",
+                table(*ks),
+                params.len() - 1,
+                params.len()
+            ));
+        }
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let sql = format!("WITH {} SELECT 1", parts.join(", "));
+    trips.fetch_add(1, Ordering::Relaxed);
+    match c.execute_typed(&sql, &params) {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            // The table the database names is the keyspace whose append-only key exists.
+            let ks = e
+                .as_db_error()
+                .and_then(|d| d.table())
+                .and_then(|t| Keyspace::ALL.iter().find(|ks| table(**ks) == t))
+                .copied()
+                .unwrap_or(Keyspace::Records);
+            Err(StorageError::AppendOnly {
+                keyspace: ks,
+                key: put_k[ks_position(ks)]
+                    .first()
+                    .map(|k| k.to_vec())
+                    .unwrap_or_default(),
+            })
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// A keyspace's position in [`Keyspace::ALL`].
+fn ks_position(ks: Keyspace) -> usize {
+    Keyspace::ALL.iter().position(|k| *k == ks).unwrap_or(0)
 }
 
 impl Engine for PgEngine {
@@ -887,6 +1063,7 @@ impl Engine for PgEngine {
             read: PgRead {
                 engine: self,
                 client: RefCell::new(Some(c)),
+                write: false,
             },
         }))
     }
@@ -897,12 +1074,10 @@ impl Engine for PgEngine {
             Some((c, b)) if !c.is_closed() => (c, b),
             _ => connect_writer(&self.config)?,
         };
-        let begun = c
-            .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            .map_err(engine_err("beginning a write"))
-            .and_then(|()| read_row(&mut c, true));
-        let row = match begun {
-            Ok(row) => row,
+        self.write_trips.fetch_add(1, Ordering::Relaxed);
+        let begun = begin_locked(&mut c);
+        let (row, clock) = match begun {
+            Ok(x) => x,
             Err(e) => {
                 let _ = c.batch_execute("ROLLBACK");
                 if !c.is_closed() {
@@ -924,15 +1099,21 @@ impl Engine for PgEngine {
             read: PgRead {
                 engine: self,
                 client: RefCell::new(Some(c)),
+                write: true,
             },
             backend,
             slot,
             seen: RefCell::new(HashMap::new()),
+            clock,
         }))
     }
 
     fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    fn write_round_trips(&self) -> u64 {
+        self.write_trips.load(Ordering::Relaxed)
     }
 
     fn describe(&self) -> String {
