@@ -8,6 +8,7 @@ mod interop;
 mod quorum;
 mod server;
 mod submitter;
+mod witnessed;
 
 use std::net::SocketAddr;
 use std::path::Path;
