@@ -1,7 +1,8 @@
 //! Which checkpoint `?witnessed=N`, `export --witnessed N` and `Ledger::cosigned_checkpoint(N)`
 //! choose (protocol 14.6): the latest with valid cosignatures from N distinct configured
 //! witnesses, when several have them, checkpoints above it with N lines of which fewer verify,
-//! and witnesses whose last cosigned size is below the latest.
+//! and witnesses whose last cosigned size is below the latest; and that the parameter opens
+//! nothing of another tenant's thread.
 
 use hitl_ledger::format::record::Actor;
 use hitl_ledger::ledger::Ledger;
@@ -159,4 +160,103 @@ fn the_latest_checkpoint_with_n_valid_cosignatures_is_chosen_when_several_have_t
     let (code, _, err) = run(&dir, &["export", "--thread", THREAD, "--witnessed", "4"]);
     assert_ne!(code, 0);
     assert!(err.contains("insufficient_cosignatures"), "{err}");
+}
+
+/// Checked, closed: `?witnessed=N` on the export of another tenant's thread is refused exactly
+/// as the export without it, and as the export of a thread no one has (word for word but the
+/// id): an agent of another tenant is refused by its role, an auditor scoped to another tenant
+/// gets `thread_not_found`, whether N is met, unmet or malformed, so neither learns that the
+/// thread exists, how far it is witnessed, or anything of its records. Its own tenant's auditor
+/// gets the cosigned bundle, 422 and 400 for the same parameters.
+#[test]
+fn witnessed_exports_of_another_tenants_thread_are_refused_as_without_the_parameter() {
+    use hitl_ledger::server::tokens::{Role, add_token};
+    let mut c = cosigned(&Actor::agent("acme-refunds", Some("acme")));
+    let s = c.sizes.clone();
+    let dir = c.f.path().to_path_buf();
+    c.f.close();
+    let tokens = dir.join("tokens.json");
+    let token = |principal: &str, role: Role, tenants: &[&str]| {
+        let tenants: Vec<String> = tenants.iter().map(|t| t.to_string()).collect();
+        add_token(&tokens, principal, role, &tenants).unwrap()
+    };
+    let globex_agent = token("globex-bot", Role::Agent, &[]);
+    let globex_auditor = token("erin", Role::Auditor, &["globex"]);
+    let acme_auditor = token("dave", Role::Auditor, &["acme"]);
+    let mut cmd = std::process::Command::new(crate::util::bin());
+    cmd.arg("--data")
+        .arg(&dir)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--witness-interval-s",
+            "0",
+        ])
+        .stderr(std::process::Stdio::null());
+    let (server, addr) = crate::util::spawn_listening(cmd);
+    let export = |thread: &str, query: &str, token: &str| {
+        crate::http::get(addr, &format!("/v1/threads/{thread}/export{query}"), token)
+    };
+    let queries = [
+        "?witnessed=0",
+        "?witnessed=1",
+        "?witnessed=2",
+        "?witnessed=3",
+        "?witnessed=4",
+        "?witnessed=1000",
+        "?witnessed=1001",
+        "?witnessed=abc",
+        "?witnessed=",
+    ];
+
+    // Acme's auditor: the parameter chooses the checkpoint, or is refused.
+    let r = export(THREAD, "?witnessed=2", &acme_auditor);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(size_of(r.json()["checkpoint"].as_str().unwrap()), s[3]);
+    let r = export(THREAD, "?witnessed=4", &acme_auditor);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (422, "insufficient_cosignatures")
+    );
+    let r = export(THREAD, "?witnessed=abc", &acme_auditor);
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+
+    // The other tenant's tokens: as without the parameter, and as for a thread no one has.
+    for (who, token, want) in [
+        ("globex's agent", &globex_agent, (403, "forbidden")),
+        (
+            "globex's auditor",
+            &globex_auditor,
+            (404, "thread_not_found"),
+        ),
+    ] {
+        let bare = export(THREAD, "", token);
+        assert_eq!((bare.status, bare.code().as_str()), want, "{who}");
+        let bare_body = bare.json();
+        assert_eq!(
+            bare_body.as_object().unwrap().len(),
+            2,
+            "{who}: only error and message: {bare_body}"
+        );
+        for q in queries {
+            let theirs = export(THREAD, q, token);
+            let nobodys = export("t-nobody", q, token);
+            assert_eq!((theirs.status, theirs.code().as_str()), want, "{who} {q}");
+            assert_eq!(theirs.json(), bare_body, "{who} {q}");
+            assert_eq!(
+                theirs.text().replace(THREAD, "ID"),
+                nobodys.text().replace("t-nobody", "ID"),
+                "{who} {q}"
+            );
+            let text = theirs.text();
+            for leaked in ["acme", "checkpoint", "records", "a.example", "cosign"] {
+                assert!(
+                    !text.contains(leaked),
+                    "{who} {q}: names {leaked:?}: {text}"
+                );
+            }
+        }
+    }
+    super::stop(server);
 }
