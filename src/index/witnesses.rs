@@ -117,6 +117,78 @@ pub fn cosignatures_from(
         })
 }
 
+/// How many tree sizes the first window of [`cosignatures_down`] spans.
+const FIRST_WINDOW: u64 = 64;
+
+/// The collected cosignatures of the checkpoints of at most `bound` records, one checkpoint at a
+/// time from the largest size down: (size, its lines (witness name, line) by name). The engines
+/// scan forward only, so it reads windows of sizes below the bound, each in key order: the first
+/// spans [`FIRST_WINDOW`] sizes, each next one twice the one before, so a walk stopped at size
+/// `s` has read the cosignatures of the sizes from about `bound - 2 * (bound - s)` to `bound`
+/// (and, past each window's end, what one step of the engine's scan reads ahead).
+pub fn cosignatures_down(r: &dyn Read, bound: u64) -> CosignaturesDown<'_> {
+    CosignaturesDown {
+        r,
+        hi: Some(bound),
+        width: FIRST_WINDOW,
+        window: Vec::new(),
+        failed: false,
+    }
+}
+
+/// The iterator of [`cosignatures_down`].
+pub struct CosignaturesDown<'a> {
+    r: &'a dyn Read,
+    /// The largest size not read yet; `None` once size 0 was.
+    hi: Option<u64>,
+    /// How many sizes the next window spans.
+    width: u64,
+    /// The checkpoints of the window read, in size order (the next one answered is the last).
+    window: Vec<(u64, Vec<(String, String)>)>,
+    failed: bool,
+}
+
+impl CosignaturesDown<'_> {
+    /// Reads the window of the sizes from `lo` to `hi` into `self.window`.
+    fn read(&mut self, lo: u64, hi: u64) -> Result<()> {
+        for item in cosignatures_from(self.r, lo) {
+            let (size, name, line) = item?;
+            if size > hi {
+                break;
+            }
+            match self.window.last_mut() {
+                Some((s, lines)) if *s == size => lines.push((name, line)),
+                _ => self.window.push((size, vec![(name, line)])),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for CosignaturesDown<'_> {
+    type Item = Result<(u64, Vec<(String, String)>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(group) = self.window.pop() {
+                return Some(Ok(group));
+            }
+            if self.failed {
+                return None;
+            }
+            let hi = self.hi?;
+            let lo = hi.saturating_sub(self.width - 1);
+            self.hi = lo.checked_sub(1);
+            self.width = self.width.saturating_mul(2);
+            if let Err(e) = self.read(lo, hi) {
+                self.failed = true;
+                self.window.clear();
+                return Some(Err(e));
+            }
+        }
+    }
+}
+
 /// Stages a witness's configuration.
 ///
 /// # Errors
@@ -174,4 +246,58 @@ pub fn put_cosignature(
 /// A storage error.
 pub fn checkpoint_at(r: &dyn Read, size: u64) -> Result<Option<Vec<u8>>> {
     Ok(r.get(Keyspace::Checkpoints, &be(size))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::storage::{Durability, Engine, memory::MemoryEngine};
+
+    proptest! {
+        /// Walked down from any bound, the collected cosignatures are the forward scan's
+        /// checkpoints of at most that size, grouped the same, in the opposite order: across
+        /// windows, sparse sizes, a bound between or beyond them.
+        #[test]
+        fn the_walk_down_is_the_forward_scan_reversed(
+            entries in proptest::collection::vec((0u64..3000, 0u8..3), 0..60),
+            bound in 0u64..3500,
+        ) {
+            let engine = MemoryEngine::new();
+            let txn = engine.begin_write().unwrap();
+            let changes = {
+                let mut view = View::new(&*txn);
+                for (size, w) in &entries {
+                    let state = SubmissionState { size: *size, at_us: 0 };
+                    let line = format!("line {size} {w}");
+                    put_cosignature(&mut view, &format!("w{w}"), *size, &line, &state).unwrap();
+                }
+                view.take()
+            };
+            txn.commit(changes, Durability::Buffered).unwrap();
+            let snap = engine.snapshot().unwrap();
+            let mut forward: Vec<(u64, Vec<(String, String)>)> = Vec::new();
+            for item in cosignatures_from(&*snap, 0) {
+                let (size, name, line) = item.unwrap();
+                if size > bound {
+                    break;
+                }
+                match forward.last_mut() {
+                    Some((s, lines)) if *s == size => lines.push((name, line)),
+                    _ => forward.push((size, vec![(name, line)])),
+                }
+            }
+            forward.reverse();
+            let down: Vec<_> = cosignatures_down(&*snap, bound).map(Result::unwrap).collect();
+            prop_assert_eq!(down, forward);
+        }
+    }
+
+    #[test]
+    fn the_walk_down_from_the_largest_size_ends() {
+        let engine = MemoryEngine::new();
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(cosignatures_down(&*snap, u64::MAX).count(), 0);
+    }
 }

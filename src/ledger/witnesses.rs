@@ -444,7 +444,9 @@ impl Ledger {
     /// The latest checkpoint with valid cosignatures from at least `min` distinct configured
     /// witnesses, and its note with those cosignature lines appended after the log's signature
     /// (a valid C2SP note); `min` 0 is the latest checkpoint with whatever cosignatures it has.
-    /// `None` when no checkpoint has `min`.
+    /// `None` when no checkpoint has `min`. Found by walking the collected cosignatures down
+    /// from the `min`-th largest size a witness last cosigned: the checkpoints above the answer
+    /// with `min` lines are the only others whose lines are checked.
     ///
     /// # Errors
     /// `corrupt_store`; storage errors.
@@ -483,8 +485,10 @@ impl Ledger {
         if min > verifiers.len() {
             return Ok(None);
         }
-        // The answer's size is at most the `min`-th largest size a witness last cosigned:
-        // look from the smallest of those first, then from the start.
+        // The answer's size is at most the `min`-th largest size a witness last cosigned, and
+        // at most the latest checkpoint's: walk the collected cosignatures down from there and
+        // answer the first checkpoint with `min` valid ones, the latest that has them. Only the
+        // checkpoints above it with at least `min` lines are opened and their lines checked.
         let mut latest: Vec<u64> = Vec::new();
         for (name, _) in &entries {
             if let Some(s) = stored::submission_state(snap, name)? {
@@ -495,47 +499,20 @@ impl Ledger {
         let Some(&bound) = latest.get(min - 1) else {
             return Ok(None);
         };
-        let start = latest.last().copied().unwrap_or(0).min(bound);
-        for from in [start, 0] {
-            let mut best: Option<(Checkpoint, String, Vec<String>)> = None;
-            let mut group: Option<(u64, Vec<(String, String)>)> = None;
-            let check = |g: Option<(u64, Vec<(String, String)>)>,
-                         best: &mut Option<(Checkpoint, String, Vec<String>)>|
-             -> Result<()> {
-                let Some((size, lines)) = g else {
-                    return Ok(());
-                };
-                if size > bound || lines.len() < min {
-                    return Ok(());
-                }
-                let Some(note) = stored::checkpoint_at(snap, size)? else {
-                    return Ok(());
-                };
-                let (cp, note, kept) = cosigned(size, note, &lines)?;
-                if kept.len() >= min {
-                    *best = Some((cp, note, kept));
-                }
-                Ok(())
+        let Some((head, _)) = crate::index::latest_checkpoint(snap)? else {
+            return Ok(None);
+        };
+        for group in stored::cosignatures_down(snap, bound.min(head)) {
+            let (size, lines) = group?;
+            if lines.len() < min {
+                continue;
+            }
+            let Some(note) = stored::checkpoint_at(snap, size)? else {
+                continue;
             };
-            for item in stored::cosignatures_from(snap, from) {
-                let (size, name, line) = item?;
-                if size > bound {
-                    break;
-                }
-                match &mut group {
-                    Some((s, lines)) if *s == size => lines.push((name, line)),
-                    _ => {
-                        check(group.take(), &mut best)?;
-                        group = Some((size, vec![(name, line)]));
-                    }
-                }
-            }
-            check(group.take(), &mut best)?;
-            if let Some((cp, note, kept)) = best {
+            let (cp, note, kept) = cosigned(size, note, &lines)?;
+            if kept.len() >= min {
                 return Ok(Some((cp, joined(&note, &kept)?)));
-            }
-            if from == 0 {
-                break;
             }
         }
         Ok(None)

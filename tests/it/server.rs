@@ -946,30 +946,11 @@ fn spawn_binary_server(
         .as_str()
         .unwrap()
         .to_string();
-    let mut cmd = std::process::Command::new(bin());
-    if let Some(level) = rust_log {
-        cmd.env("RUST_LOG", level);
-    }
-    let mut child = cmd
-        .arg("--data")
-        .arg(dir)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let envs: Vec<(&str, &std::ffi::OsStr)> = rust_log
+        .map(|level| ("RUST_LOG", std::ffi::OsStr::new(level)))
+        .into_iter()
+        .collect();
+    let (child, addr) = crate::util::serve_binary(dir, &envs, stderr);
     (child, addr, token)
 }
 

@@ -2,8 +2,10 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use hitl_ledger::clock::{ManualClock, Timestamp};
@@ -406,38 +408,40 @@ fn init_tokens_after(dir: &Path, init: &[String]) -> std::collections::HashMap<S
     tokens
 }
 
+/// Spawns `cmd` with its stdout piped (its stderr as `cmd` sets it) and reads the line the
+/// binary's `serve` and `witness serve` print first, `listening on <addr>`: (child, address).
+/// Panics, with the line read, when the child does not print it.
+pub fn spawn_listening(mut cmd: Command) -> (Child, SocketAddr) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("did not start listening: {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
 /// Starts the real binary's `serve` on port 0 over an initialized `dir`, with extra
 /// environment variables: (child, address). The child's stderr goes to `stderr`.
 pub fn serve_binary(
     dir: &Path,
     envs: &[(&str, &std::ffi::OsStr)],
-    stderr: std::process::Stdio,
-) -> (std::process::Child, std::net::SocketAddr) {
+    stderr: Stdio,
+) -> (Child, SocketAddr) {
     let mut cmd = Command::new(bin());
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .arg("--data")
+    cmd.arg("--data")
         .arg(dir)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
-        .parse()
-        .unwrap();
-    (child, addr)
+        .stderr(stderr);
+    spawn_listening(cmd)
 }
 
 /// Builds the fault-injection shim (`tests/faults/failio.c`) with the machine's C compiler

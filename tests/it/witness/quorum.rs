@@ -5,37 +5,16 @@
 //! a policy of both witnesses accepts it; with one witness gone, appends go on and the quorum
 //! of 2 is no longer met by the newer checkpoints.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 use hitl_ledger::witness::{CosignatureVerifier, check_quorum};
 use serde_json::{Value, json};
 
+use super::{interrupt, serve_witnessed, size_of, stop, wait_for};
 use crate::http;
-use crate::util::{ORIGIN, bin, init_with_tokens, run};
-
-/// A child that prints `listening on <addr>` first: (child, address).
-fn listening(mut cmd: Command) -> (Child, SocketAddr) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("did not start: {line:?}"))
-        .parse()
-        .unwrap();
-    (child, addr)
-}
+use crate::util::{ORIGIN, init_with_tokens, run};
 
 /// A witness of the ledger in `dir`: its own directory under `base`, the ledger's origin and
 /// key followed, serving. (child, address, verifier key).
@@ -57,48 +36,8 @@ fn start_witness(base: &Path, ledger: &Path, name: &str) -> (Child, SocketAddr, 
         ],
     );
     assert_eq!(code, 0, "{out}{err}");
-    let mut cmd = Command::new(bin());
-    cmd.arg("--data")
-        .arg(&wdir)
-        .args(["witness", "serve", "--listen", "127.0.0.1:0"]);
-    let (child, addr) = listening(cmd);
+    let (child, addr) = super::server::start(&wdir, &[]);
     (child, addr, vkey)
-}
-
-fn interrupt(addr: SocketAddr, token: &str, rid: &str) {
-    let r = http::post(
-        addr,
-        "/v1/interrupts",
-        token,
-        &json!({"request_id": rid, "thread_id": "thread-q", "interrupt_id": format!("i-{rid}"),
-                "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}}),
-    );
-    assert!(
-        r.status == 201 || r.status == 200,
-        "{} {}",
-        r.status,
-        r.text()
-    );
-}
-
-fn size_of(note: &str) -> u64 {
-    note.lines().nth(1).unwrap().parse().unwrap()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn stop(mut c: Child) {
-    let _ = c.kill();
-    let _ = c.wait();
 }
 
 #[test]
@@ -116,19 +55,11 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     }
     let (code, out, err) = run(&d, &["witnesses", "quorum", "2"]);
     assert_eq!(code, 0, "{out}{err}");
-    let mut cmd = Command::new(bin());
-    cmd.arg("--data").arg(&d).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--witness-interval-s",
-        "1",
-    ]);
-    let (server, addr) = listening(cmd);
+    let (server, addr) = serve_witnessed(&d);
     let agent = &tokens["agent"];
     let auditor = &tokens["auditor"];
     for i in 0..3 {
-        interrupt(addr, agent, &format!("q{i}"));
+        interrupt(addr, agent, "thread-q", &format!("q{i}"));
     }
     let latest = size_of(&http::get(addr, "/v1/checkpoint", auditor).text());
     // Both witnesses cosign a checkpoint covering the interrupts.
@@ -161,7 +92,7 @@ fn two_witnesses_of_the_projects_own_cosign_the_ledger_and_a_quorum_of_two_verif
     // One witness goes away: appends go on, the quorum of 2 stays at what both cosigned.
     stop(w2);
     for i in 3..6 {
-        interrupt(addr, agent, &format!("q{i}"));
+        interrupt(addr, agent, "thread-q", &format!("q{i}"));
     }
     let newer = size_of(&http::get(addr, "/v1/checkpoint", auditor).text());
     assert!(newer > size_of(&note));
@@ -309,11 +240,7 @@ fn verify_with_a_witness_url_reports_a_store_restored_from_an_old_snapshot_as_ro
         let sdir = tmp.path().join("stranger");
         let (code, out, err) = run(&sdir, &["witness", "init", "--name", "w3.example"]);
         assert_eq!(code, 0, "{out}{err}");
-        let mut cmd = Command::new(bin());
-        cmd.arg("--data")
-            .arg(&sdir)
-            .args(["witness", "serve", "--listen", "127.0.0.1:0"]);
-        listening(cmd)
+        super::server::start(&sdir, &[])
     };
     // The witness cosigns the ledger's latest checkpoint.
     let body = {

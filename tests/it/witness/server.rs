@@ -11,7 +11,8 @@ use hitl_ledger::format::merkle::Hash;
 use hitl_ledger::ledger::Ledger;
 use hitl_ledger::witness::{AddCheckpoint, CosignatureVerifier, check_quorum};
 
-use crate::util::{ORIGIN, agent, bin, interrupt_req, refund, run};
+use super::stop;
+use crate::util::{ORIGIN, agent, bin, interrupt_req, refund, run, spawn_listening};
 
 pub const WITNESS_NAME: &str = "compliance.example/witness";
 
@@ -84,39 +85,18 @@ pub fn new_witness() -> (tempfile::TempDir, PathBuf, String) {
     (tmp, dir, out.trim().to_owned())
 }
 
-/// Starts `witness serve` on port 0: (child, address).
+/// Starts `witness serve` on port 0 (`RUST_LOG=warn`, its stderr dropped): (child, address).
 pub fn start(dir: &Path, envs: &[(&str, &str)]) -> (Child, SocketAddr) {
     let mut cmd = Command::new(bin());
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .arg("--data")
+    cmd.arg("--data")
         .arg(dir)
         .args(["witness", "serve", "--listen", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the witness did not start: {line:?}"))
-        .parse()
-        .unwrap();
-    (child, addr)
-}
-
-pub fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+        .stderr(Stdio::null());
+    spawn_listening(cmd)
 }
 
 /// An add-checkpoint body.

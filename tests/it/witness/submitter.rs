@@ -9,13 +9,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hitl_ledger::clock::Timestamp;
 use hitl_ledger::format::note::NoteVerifier;
 use hitl_ledger::witness::{AddCheckpoint, CosignatureSigner, LogState, check_quorum, decide};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::{interrupt, serve_witnessed, size_of, stop, wait_for};
 use crate::http;
 use crate::util::{init_with_tokens, run, signer_of};
 
@@ -191,72 +192,11 @@ fn url(f: &Fake) -> String {
     format!("http://{}/prefix/", f.addr)
 }
 
-/// `hitl-ledger serve --witness-interval-s 1` on port 0: (child, address).
-fn serve(dir: &Path) -> (std::process::Child, SocketAddr) {
-    let mut child = std::process::Command::new(crate::util::bin())
-        .arg("--data")
-        .arg(dir)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--witness-interval-s",
-            "1",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
-        .parse()
-        .unwrap();
-    (child, addr)
-}
-
-fn interrupt(addr: SocketAddr, token: &str, rid: &str) {
-    let r = http::post(
-        addr,
-        "/v1/interrupts",
-        token,
-        &json!({"request_id": rid, "thread_id": "thread-w", "interrupt_id": format!("i-{rid}"),
-                "action": {"tool": "refund", "args": {"order_id": rid, "amount_cents": 100}}}),
-    );
-    assert!(
-        r.status == 201 || r.status == 200,
-        "{} {}",
-        r.status,
-        r.text()
-    );
-}
-
-/// The size of a checkpoint note's body.
-fn size_of(note: &str) -> u64 {
-    note.lines().nth(1).unwrap().parse().unwrap()
-}
-
 fn metric(text: &str, name: &str, witness: &str) -> Option<f64> {
     let prefix = format!("{name}{{witness=\"{witness}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map(|v| v.parse().unwrap())
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn witnesses(dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -402,12 +342,12 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
         assert_eq!(code, 0, "{err}");
     }
     assert_eq!(witnesses(&dir, &["quorum", "2"]).0, 0);
-    let (mut child, addr) = serve(&dir);
+    let (child, addr) = serve_witnessed(&dir);
     let agent = &tokens["agent"];
     let auditor = &tokens["auditor"];
     // Appends go on whatever the witnesses do (each one completes; no timing asserted).
     for i in 0..5 {
-        interrupt(addr, agent, &format!("r{i}"));
+        interrupt(addr, agent, "thread-w", &format!("r{i}"));
     }
     let latest = || http::get(addr, "/v1/checkpoint?witnessed=0", agent).text();
     let target = size_of(&latest());
@@ -463,7 +403,7 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
     // More appends while the bad witnesses keep failing: they complete, and the metrics show
     // who lags.
     for i in 5..10 {
-        interrupt(addr, agent, &format!("r{i}"));
+        interrupt(addr, agent, "thread-w", &format!("r{i}"));
     }
     let target = size_of(&latest());
     let admin = &tokens["admin"];
@@ -536,8 +476,7 @@ fn witness_submitter_collects_cosignatures_and_survives_bad_witnesses() {
         sent < 256 << 20,
         "{sent} bytes of the huge answer were taken"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
     // The cosignatures are the ledger's: after the server, `reindex` keeps them.
     assert_eq!(run(&dir, &["reindex"]).0, 0);
     assert_eq!(crate::util::cli_verify(&dir, &[]).0, 0);
