@@ -304,15 +304,29 @@ impl PgEngine {
     /// transaction refuses with [`StorageError::Incompatible`], naming what differs (see
     /// [`PgEngine::mismatch`]).
     pub fn open(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {
+        PgEngine::connected(url, expect, "", |client| {
+            refuse_standby(client)?;
+            create_missing_derived(client)
+        })
+    }
+
+    /// The engine on the database at `url`, its first connection checked (and prepared) by
+    /// `first`; `note` ends its description.
+    fn connected(
+        url: &str,
+        expect: LedgerRow,
+        note: &str,
+        first: impl FnOnce(&mut Client) -> Result<(), StorageError>,
+    ) -> Result<PgEngine, StorageError> {
         let config = parse_url(url)?;
+        let mode = config.mode.as_str();
         let name = config.config.get_dbname().map_or_else(
-            || format!("postgres (sslmode {})", config.mode.as_str()),
-            |d| format!("postgres database {d} (sslmode {})", config.mode.as_str()),
+            || format!("postgres (sslmode {mode}{note})"),
+            |d| format!("postgres database {d} (sslmode {mode}{note})"),
         );
         let mut client = connect(&config)?;
-        refuse_standby(&mut client)?;
-        create_missing_derived(&mut client)?;
-        let engine = PgEngine {
+        first(&mut client)?;
+        Ok(PgEngine {
             config,
             expect,
             writer: Mutex::new(None),
@@ -320,8 +334,7 @@ impl PgEngine {
             reads: AtomicU64::new(0),
             write_trips: AtomicU64::new(0),
             name,
-        };
-        Ok(engine)
+        })
     }
 
     /// Opens a database to read only, a hot standby as well as the primary (`verify` and
@@ -332,26 +345,7 @@ impl PgEngine {
     /// [`StorageError::Unavailable`] when it cannot be reached; [`StorageError::Incompatible`]
     /// when it holds no ledger or another one, naming what differs; engine errors.
     pub fn open_reader(url: &str, expect: LedgerRow) -> Result<PgEngine, StorageError> {
-        let config = parse_url(url)?;
-        let name = config.config.get_dbname().map_or_else(
-            || format!("postgres (sslmode {}, read only)", config.mode.as_str()),
-            |d| {
-                format!(
-                    "postgres database {d} (sslmode {}, read only)",
-                    config.mode.as_str()
-                )
-            },
-        );
-        let client = connect(&config)?;
-        let engine = PgEngine {
-            config,
-            expect,
-            writer: Mutex::new(None),
-            readers: Mutex::new(vec![client]),
-            reads: AtomicU64::new(0),
-            write_trips: AtomicU64::new(0),
-            name,
-        };
+        let engine = PgEngine::connected(url, expect, ", read only", |_| Ok(()))?;
         if let Some(m) = engine.mismatch()? {
             return Err(StorageError::Incompatible(format!(
                 "the read database holds another ledger: {m}"
