@@ -27,27 +27,25 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use postgres::Client;
 use postgres::error::SqlState;
+use postgres::types::Type;
 
 mod connect;
-mod read;
-mod schema;
-mod txn;
 
 use connect::{Target, connect, connect_writer, parse_url};
-use read::{PgRead, PgSnapshot};
-pub use schema::drop_schema;
-use schema::{
-    SCHEMA_FORMAT, create_missing_derived, read_row, refuse_existing, refuse_standby,
-    schema_sql, table,
-};
-use txn::{PgTxn, begin_locked};
 
-use super::{Changes, Engine, Keyspace, Read, StorageError, WriteTxn};
+use super::{Changes, Durability, Engine, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
+use crate::clock::Timestamp;
+
+/// The schema's format, recorded in the ledger's row.
+const SCHEMA_FORMAT: &str = "hitl-ledger/postgres/v1";
+
+/// Rows fetched per page of a scan.
+const PAGE: i64 = 512;
 
 /// How long a commit whose connection was lost keeps trying to learn whether it happened
 /// (ending the old connection's server process, then reading back).
@@ -70,6 +68,14 @@ struct Backend {
 /// start).
 const THE_BACKEND: &str = "pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2";
 
+/// The tables of a ledger's schema (what [`drop_schema`] drops, with the function
+/// `hitl_refuse_change`).
+fn schema_objects() -> Vec<String> {
+    let mut t = vec!["hitl_ledger".to_string()];
+    t.extend(Keyspace::ALL.iter().map(|ks| table(*ks)));
+    t
+}
+
 /// What the database says about the ledger: its origin and its verifier key (the public half
 /// of the signing key every server shares), which a server must share to write, and the SHA-256
 /// of the policy `init` recorded, kept for reference only (the policy in force is the log's
@@ -82,6 +88,77 @@ pub struct LedgerRow {
     pub verifier_key: String,
     /// Lowercase hex SHA-256 of the canonical policy `init` recorded (not compared).
     pub policy_sha256: String,
+}
+
+/// The table of a keyspace.
+fn table(ks: Keyspace) -> String {
+    format!("hitl_{}", ks.name())
+}
+
+/// The SQL that creates the schema (tables, the append-only triggers, the revoked
+/// privileges). Run once, by `init`.
+fn schema_sql() -> String {
+    let mut sql = String::from(
+        "CREATE TABLE hitl_ledger (id int PRIMARY KEY CHECK (id = 1), format text NOT NULL, \
+         origin text NOT NULL, verifier_key text NOT NULL, policy_sha256 text NOT NULL);\n\
+         CREATE FUNCTION hitl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         RAISE EXCEPTION 'hitl-ledger: % is append-only', TG_TABLE_NAME \
+         USING ERRCODE = 'insufficient_privilege'; END $$;\n",
+    );
+    for ks in Keyspace::ALL {
+        let t = table(ks);
+        sql.push_str(&format!(
+            "CREATE TABLE {t} (k bytea PRIMARY KEY, v bytea NOT NULL);\n"
+        ));
+        if ks.append_only() {
+            sql.push_str(&format!(
+                "CREATE TRIGGER {t}_insert_only BEFORE UPDATE OR DELETE ON {t} \
+                 FOR EACH ROW EXECUTE FUNCTION hitl_refuse_change();\n\
+                 CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION hitl_refuse_change();\n\
+                 REVOKE UPDATE, DELETE, TRUNCATE ON {t} FROM PUBLIC, CURRENT_USER;\n"
+            ));
+        }
+    }
+    sql
+}
+
+/// Creates the table of every derived keyspace a ledger's database lacks: a database made
+/// by an older build, before that keyspace existed, works once `reindex` has filled it (the
+/// append-only tables are never created here: they exist since `init`). Nothing is done in a
+/// database without a ledger (`hitl_ledger`). Two servers opening at once may both try; the
+/// loser's "already exists" is not an error.
+fn create_missing_derived(c: &mut Client) -> Result<(), StorageError> {
+    let has_ledger: bool = c
+        .query_one("SELECT to_regclass('hitl_ledger') IS NOT NULL", &[])
+        .map_err(engine_err("reading the schema"))?
+        .get(0);
+    if !has_ledger {
+        return Ok(());
+    }
+    for ks in Keyspace::ALL.iter().filter(|k| !k.append_only()) {
+        let t = table(*ks);
+        let exists: bool = c
+            .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&t])
+            .map_err(engine_err("reading the schema"))?
+            .get(0);
+        if exists {
+            continue;
+        }
+        let sql = format!("CREATE TABLE IF NOT EXISTS {t} (k bytea PRIMARY KEY, v bytea NOT NULL)");
+        if let Err(e) = c.batch_execute(&sql) {
+            let raced = e.code().is_some_and(|code| {
+                *code == SqlState::UNIQUE_VIOLATION || *code == SqlState::DUPLICATE_TABLE
+            });
+            if !raced {
+                return Err(StorageError::engine(
+                    "creating a derived table",
+                    describe(&e),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The PostgreSQL engine.
@@ -415,6 +492,559 @@ impl PgEngine {
     }
 }
 
+/// Refuses a database whose current schema already holds `hitl_*` tables or functions.
+/// Refuses a server in recovery (a hot standby: every write transaction would fail there) as
+/// the database to write to, naming what to give instead.
+fn refuse_standby(c: &mut Client) -> Result<(), StorageError> {
+    let standby: bool = c
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .map_err(engine_err("checking the database"))?
+        .get(0);
+    if standby {
+        return Err(StorageError::Incompatible(
+            "the database URL names a standby (read-only, in recovery): give the primary, or a host list with target_session_attrs=read-write".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn refuse_existing(c: &mut impl postgres::GenericClient) -> Result<(), StorageError> {
+    let found: Vec<String> = c
+        .query(
+            "SELECT tablename::text FROM pg_tables \
+             WHERE schemaname = current_schema() AND tablename LIKE 'hitl\\_%' \
+             UNION ALL SELECT proname::text || '()' FROM pg_proc \
+             WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) \
+             AND proname LIKE 'hitl\\_%' ORDER BY 1",
+            &[],
+        )
+        .map_err(engine_err("reading the schema"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if found.iter().any(|t| t == "hitl_ledger") {
+        return Err(StorageError::Incompatible(
+            "the database already holds a hitl-ledger ledger: to add a server, copy an existing server's data directory instead of running init".into(),
+        ));
+    }
+    if !found.is_empty() {
+        return Err(StorageError::Incompatible(format!(
+            "the database holds hitl-ledger objects but no ledger ({}): drop them, or name another database",
+            found.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Begins the write transaction, takes the head row's lock and reads the row and the
+/// database's clock, in one round trip: the simple-query protocol carries several statements
+/// in one message (its answers are text, parsed here).
+fn begin_locked(c: &mut Client) -> Result<(LedgerRow, i64), StorageError> {
+    let messages = c
+        .simple_query(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SELECT origin, verifier_key, policy_sha256, \
+             (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
+             FROM hitl_ledger WHERE id = 1 FOR UPDATE",
+        )
+        .map_err(engine_err("beginning a write"))?;
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
+    let text = |i: usize| {
+        row.get(i)
+            .map(str::to_owned)
+            .ok_or_else(|| StorageError::engine("reading the ledger's row", "a NULL column"))
+    };
+    let clock = text(3)?
+        .parse::<i64>()
+        .map_err(|e| StorageError::engine("reading the database's clock", e.to_string()))?;
+    Ok((
+        LedgerRow {
+            origin: text(0)?,
+            verifier_key: text(1)?,
+            policy_sha256: text(2)?,
+        },
+        clock,
+    ))
+}
+
+fn read_row(c: &mut Client) -> Result<LedgerRow, StorageError> {
+    let sql = "SELECT origin, verifier_key, policy_sha256 FROM hitl_ledger WHERE id = 1";
+    let row = c
+        .query_typed_opt(sql, &[])
+        .map_err(engine_err("reading the ledger's row"))?
+        .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
+    Ok(LedgerRow {
+        origin: row.get(0),
+        verifier_key: row.get(1),
+        policy_sha256: row.get(2),
+    })
+}
+
+/// Reads through one connection inside an open transaction.
+struct PgRead<'a> {
+    engine: &'a PgEngine,
+    client: RefCell<Option<Client>>,
+    /// Inside the write transaction: its reads count as its round trips.
+    write: bool,
+}
+
+impl PgRead<'_> {
+    fn with<T>(
+        &self,
+        context: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, StorageError> {
+        let mut slot = self.client.borrow_mut();
+        let c = slot.as_mut().ok_or_else(|| {
+            StorageError::Unavailable(format!("{context}: the connection was lost"))
+        })?;
+        self.engine.reads.fetch_add(1, Ordering::Relaxed);
+        if self.write {
+            self.engine.write_trips.fetch_add(1, Ordering::Relaxed);
+        }
+        let r = f(c);
+        if let Err(e) = &r
+            && connection_lost(e)
+        {
+            *slot = None;
+        }
+        r.map_err(engine_err(context))
+    }
+}
+
+impl Read for PgRead<'_> {
+    // Reads and writes send their parameter types with the statement (`query_typed`): one
+    // round trip each, where an untyped statement is first prepared (a round trip of its own).
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        let sql = format!("SELECT v FROM {} WHERE k = $1", table(ks));
+        self.with("read", |c| {
+            c.query_typed_opt(&sql, &[(&key, Type::BYTEA)])
+                .map(|r| r.map(|row| row.get::<_, Vec<u8>>(0)))
+        })
+    }
+
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let sql = format!("SELECT k, v FROM {} WHERE k = ANY($1)", table(ks));
+        let wanted: Vec<&[u8]> = keys.to_vec();
+        let rows = self.with("read", |c| {
+            c.query_typed(&sql, &[(&wanted, Type::BYTEA_ARRAY)])
+        })?;
+        let mut found = std::collections::HashMap::new();
+        for row in rows {
+            found.insert(row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1));
+        }
+        Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
+    }
+
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        Box::new(PgScan {
+            read: self,
+            first: format!(
+                "SELECT k, v FROM {} WHERE k >= $1 ORDER BY k LIMIT {PAGE}",
+                table(ks)
+            ),
+            next: format!(
+                "SELECT k, v FROM {} WHERE k > $1 ORDER BY k LIMIT {PAGE}",
+                table(ks)
+            ),
+            from: Some((start.to_vec(), true)),
+            page: std::collections::VecDeque::new(),
+            failed: false,
+        })
+    }
+
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        let sql = format!("SELECT k, v FROM {} ORDER BY k DESC LIMIT 1", table(ks));
+        self.with("read", |c| {
+            c.query_opt(&sql, &[])
+                .map(|r| r.map(|row| (row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1))))
+        })
+    }
+}
+
+/// A scan, fetched a page at a time.
+struct PgScan<'a, 'e> {
+    read: &'a PgRead<'e>,
+    first: String,
+    next: String,
+    /// Where the next page starts: (key, inclusive); `None` once the keyspace is exhausted.
+    from: Option<(Vec<u8>, bool)>,
+    page: std::collections::VecDeque<Entry>,
+    failed: bool,
+}
+
+impl Iterator for PgScan<'_, '_> {
+    type Item = Result<Entry, StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.page.pop_front() {
+            return Some(Ok(e));
+        }
+        if self.failed {
+            return None;
+        }
+        let (key, inclusive) = self.from.take()?;
+        let sql = if inclusive { &self.first } else { &self.next };
+        let rows = match self.read.with("scan", |c| {
+            c.query_typed(sql.as_str(), &[(&key, Type::BYTEA)])
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        };
+        let full = rows.len() as i64 == PAGE;
+        for row in rows {
+            self.page
+                .push_back((row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
+        }
+        if full {
+            self.from = self.page.back().map(|(k, _)| (k.clone(), false));
+        }
+        self.page.pop_front().map(Ok)
+    }
+}
+
+/// A read-only `REPEATABLE READ` transaction: one snapshot of the database.
+struct PgSnapshot<'a> {
+    read: PgRead<'a>,
+}
+
+impl Drop for PgSnapshot<'_> {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.read.client.borrow_mut().take()
+            && c.batch_execute("COMMIT").is_ok()
+        {
+            self.read.engine.give_back(c);
+        }
+    }
+}
+
+impl Read for PgSnapshot<'_> {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.read.get(ks, key)
+    }
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        self.read.get_many(ks, keys)
+    }
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        self.read.scan(ks, start)
+    }
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        self.read.last(ks)
+    }
+}
+
+/// What a write transaction has read: a keyspace and key, and the value found (or none).
+type Seen = HashMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>;
+
+/// The write transaction: this process's writer slot (one at a time in the process) and,
+/// through `FOR UPDATE` on the ledger's row, the one writer across every server.
+struct PgTxn<'a> {
+    read: PgRead<'a>,
+    backend: Backend,
+    slot: MutexGuard<'a, Option<(Client, Backend)>>,
+    /// Every key this transaction has read, with what it held (found or not). The head row's
+    /// lock keeps every other writer out until this transaction ends, and its own changes
+    /// reach the database only in `commit`, so a key read once holds the same value for the
+    /// rest of the transaction: read again (the gate reads a thread's head several times per
+    /// record), it costs no round trip. Bounded by what one batch reads.
+    seen: RefCell<Seen>,
+    /// The database's clock when the head row's lock was taken (microseconds).
+    clock: i64,
+}
+
+impl Read for PgTxn<'_> {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(v) = self.seen.borrow().get(&(ks, key.to_vec())) {
+            return Ok(v.clone());
+        }
+        let v = self.read.get(ks, key)?;
+        self.seen.borrow_mut().insert((ks, key.to_vec()), v.clone());
+        Ok(v)
+    }
+    fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        let mut out: Vec<Option<Option<Vec<u8>>>> = {
+            let seen = self.seen.borrow();
+            keys.iter()
+                .map(|k| seen.get(&(ks, k.to_vec())).cloned())
+                .collect()
+        };
+        let missing: Vec<&[u8]> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if !missing.is_empty() {
+            let found = self.read.get_many(ks, &missing)?;
+            let mut seen = self.seen.borrow_mut();
+            let mut found = missing.iter().zip(found);
+            for o in out.iter_mut().filter(|o| o.is_none()) {
+                let (k, v) = found
+                    .next()
+                    .ok_or_else(|| StorageError::engine("read", "fewer answers than keys"))?;
+                seen.insert((ks, k.to_vec()), v.clone());
+                *o = Some(v);
+            }
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
+    }
+    /// Every wanted key not read before, of every keyspace, in one query (a `UNION ALL` of one
+    /// `= ANY($n)` select per keyspace): what it finds and what it does not both go into
+    /// `seen`, so the gate's later reads of them cost no round trip.
+    fn prefetch(&self, wanted: &[(Keyspace, Vec<Vec<u8>>)]) -> Result<(), StorageError> {
+        let mut parts: Vec<(Keyspace, Vec<&[u8]>)> = Vec::new();
+        {
+            let seen = self.seen.borrow();
+            for (ks, keys) in wanted {
+                let mut fresh: Vec<&[u8]> = keys
+                    .iter()
+                    .map(Vec::as_slice)
+                    .filter(|k| !seen.contains_key(&(*ks, k.to_vec())))
+                    .collect();
+                fresh.sort_unstable();
+                fresh.dedup();
+                if fresh.is_empty() {
+                    continue;
+                }
+                match parts.iter_mut().find(|(k, _)| k == ks) {
+                    Some((_, v)) => v.extend(fresh),
+                    None => parts.push((*ks, fresh)),
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let sql = parts
+            .iter()
+            .enumerate()
+            .map(|(n, (ks, _))| {
+                format!(
+                    "SELECT {n}::int4, k, v FROM {} WHERE k = ANY(${})",
+                    table(*ks),
+                    n + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = parts
+            .iter()
+            .map(|(_, keys)| {
+                (
+                    keys as &(dyn postgres::types::ToSql + Sync),
+                    Type::BYTEA_ARRAY,
+                )
+            })
+            .collect();
+        let rows = self
+            .read
+            .with("read ahead", |c| c.query_typed(&sql, &params))?;
+        let mut seen = self.seen.borrow_mut();
+        for (ks, keys) in &parts {
+            for k in keys {
+                seen.insert((*ks, k.to_vec()), None);
+            }
+        }
+        for row in rows {
+            let n: i32 = row.get(0);
+            let ks = usize::try_from(n)
+                .ok()
+                .and_then(|n| parts.get(n))
+                .map(|(ks, _)| *ks)
+                .ok_or_else(|| {
+                    StorageError::engine("read ahead", "an answer of no keyspace asked")
+                })?;
+            seen.insert(
+                (ks, row.get::<_, Vec<u8>>(1)),
+                Some(row.get::<_, Vec<u8>>(2)),
+            );
+        }
+        Ok(())
+    }
+    fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        self.read.scan(ks, start)
+    }
+    fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+        self.read.last(ks)
+    }
+}
+
+impl Drop for PgTxn<'_> {
+    fn drop(&mut self) {
+        // Not committed: roll back, and keep the connection for the next transaction.
+        if let Some(mut c) = self.read.client.borrow_mut().take()
+            && c.batch_execute("ROLLBACK").is_ok()
+        {
+            *self.slot = Some((c, self.backend));
+        }
+    }
+}
+
+impl WriteTxn for PgTxn<'_> {
+    /// The database's clock read with the head row's lock (one clock for every server
+    /// sharing the database, and no round trip of its own).
+    fn now(&self) -> Result<Option<Timestamp>, StorageError> {
+        Ok(Some(Timestamp::from_micros(self.clock)))
+    }
+
+    fn commit(mut self: Box<Self>, changes: Changes, _d: Durability) -> Result<(), StorageError> {
+        // Deletes and clears of append-only keyspaces are refused before the database sees
+        // them (the database's triggers would refuse them too).
+        if changes.cleared().iter().any(|k| k.append_only())
+            || changes
+                .iter()
+                .any(|(ks, _, v)| ks.append_only() && v.is_none())
+        {
+            let (ks, key) = changes
+                .iter()
+                .find(|(ks, _, v)| ks.append_only() && v.is_none())
+                .map_or((Keyspace::Records, Vec::new()), |(ks, k, _)| {
+                    (ks, k.to_vec())
+                });
+            return Err(StorageError::AppendOnly { keyspace: ks, key });
+        }
+        let engine = self.read.engine;
+        let mut c = self
+            .read
+            .client
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| StorageError::Retry("the connection was lost".into()))?;
+        let backend = self.backend;
+        // The writes' statements are counted as they are sent, the COMMIT here.
+        engine.write_trips.fetch_add(1, Ordering::Relaxed);
+        let result = write_changes(&mut c, &changes, &engine.write_trips);
+        if let Err(e) = result {
+            let _ = c.batch_execute("ROLLBACK");
+            if !c.is_closed() {
+                *self.slot = Some((c, backend));
+            }
+            return Err(e);
+        }
+        match c.batch_execute("COMMIT") {
+            Ok(()) => {
+                *self.slot = Some((c, backend));
+                Ok(())
+            }
+            Err(e) if connection_lost(&e) => {
+                // The outcome is unknown: settle it, then learn it from the database.
+                drop(c);
+                if engine.resolve(backend, &changes)? {
+                    Ok(())
+                } else {
+                    Err(StorageError::Retry(format!(
+                        "the connection was lost during COMMIT, which did not happen: {}",
+                        describe(&e)
+                    )))
+                }
+            }
+            Err(e) if must_retry(&e) => Err(StorageError::Retry(describe(&e))),
+            Err(e) => Err(StorageError::engine("commit", describe(&e))),
+        }
+    }
+}
+
+/// Applies the changes inside the open transaction (not yet committed), in one statement: a
+/// data-modifying `WITH` holding one `DELETE … = ANY` and one `INSERT … unnest` per keyspace
+/// changed, so a batch's writes cost one round trip under the head row's lock whatever the
+/// number of keyspaces. A statement's parts cannot see one another's rows, which is safe here:
+/// a key is either put or deleted in one batch (`Changes` holds its last value), never both,
+/// and no part reads. A cleared keyspace (`reindex`) is emptied by a statement of its own first.
+fn write_changes(c: &mut Client, changes: &Changes, trips: &AtomicU64) -> Result<(), StorageError> {
+    let fail = |e: postgres::Error| {
+        if must_retry(&e) || connection_lost(&e) {
+            StorageError::Retry(describe(&e))
+        } else {
+            StorageError::engine("write", describe(&e))
+        }
+    };
+    for ks in changes.cleared() {
+        trips.fetch_add(1, Ordering::Relaxed);
+        c.execute_typed(&format!("DELETE FROM {}", table(*ks)), &[])
+            .map_err(fail)?;
+    }
+    // Per keyspace: the keys deleted, and the keys and values put.
+    let mut del: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    let mut put_k: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    let mut put_v: Vec<Vec<&[u8]>> = vec![Vec::new(); Keyspace::ALL.len()];
+    for (ks, key, value) in changes.iter() {
+        let n = ks_position(ks);
+        match value {
+            Some(v) => {
+                put_k[n].push(key);
+                put_v[n].push(v);
+            }
+            None => del[n].push(key),
+        }
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> = Vec::new();
+    for (n, ks) in Keyspace::ALL.iter().enumerate() {
+        if !del[n].is_empty() {
+            params.push((&del[n], Type::BYTEA_ARRAY));
+            parts.push(format!(
+                "d{n} AS (DELETE FROM {} WHERE k = ANY(${}))",
+                table(*ks),
+                params.len()
+            ));
+        }
+        if !put_k[n].is_empty() {
+            params.push((&put_k[n], Type::BYTEA_ARRAY));
+            params.push((&put_v[n], Type::BYTEA_ARRAY));
+            let upsert = if ks.append_only() {
+                ""
+            } else {
+                " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+            };
+            parts.push(format!(
+                "i{n} AS (INSERT INTO {} (k, v) SELECT * FROM unnest(${}::bytea[], ${}::bytea[]){upsert})",
+                table(*ks),
+                params.len() - 1,
+                params.len()
+            ));
+        }
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let sql = format!("WITH {} SELECT 1", parts.join(", "));
+    trips.fetch_add(1, Ordering::Relaxed);
+    match c.execute_typed(&sql, &params) {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            // The table the database names is the keyspace whose append-only key exists.
+            let ks = e
+                .as_db_error()
+                .and_then(|d| d.table())
+                .and_then(|t| Keyspace::ALL.iter().find(|ks| table(**ks) == t))
+                .copied()
+                .unwrap_or(Keyspace::Records);
+            Err(StorageError::AppendOnly {
+                keyspace: ks,
+                key: put_k[ks_position(ks)]
+                    .first()
+                    .map(|k| k.to_vec())
+                    .unwrap_or_default(),
+            })
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// A keyspace's position in [`Keyspace::ALL`].
+fn ks_position(ks: Keyspace) -> usize {
+    Keyspace::ALL.iter().position(|k| *k == ks).unwrap_or(0)
+}
+
 impl Engine for PgEngine {
     fn snapshot(&self) -> Result<Box<dyn Read + '_>, StorageError> {
         let mut c = self.reader()?;
@@ -487,4 +1117,21 @@ impl Engine for PgEngine {
 
 fn must_retry_storage(e: &StorageError) -> bool {
     matches!(e, StorageError::Retry(_))
+}
+
+/// Drops every table and the function of the schema: a fresh database for each test
+/// ledger, and what a failed `init` created (the database held none of them before).
+///
+/// # Errors
+/// Engine errors.
+pub fn drop_schema(url: &str) -> Result<(), StorageError> {
+    let config = parse_url(url)?;
+    let mut c = connect(&config)?;
+    let mut sql = String::from("BEGIN;");
+    for t in schema_objects() {
+        sql.push_str(&format!("DROP TABLE IF EXISTS {t};"));
+    }
+    sql.push_str("DROP FUNCTION IF EXISTS hitl_refuse_change(); COMMIT;");
+    c.batch_execute(&sql)
+        .map_err(engine_err("dropping the schema"))
 }
