@@ -5,7 +5,7 @@ use super::Ledger;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::bundle::{BUNDLE_FORMAT, Bundle, BundleEntry, PolicyPart};
 use crate::format::merkle::{self, Hash};
-use crate::format::note::ThreadHead;
+use crate::format::note::{Checkpoint, ThreadHead};
 use crate::format::record::POLICY_THREAD;
 use crate::index::{self, Nodes};
 use crate::storage::Read;
@@ -182,8 +182,29 @@ impl Ledger {
         witnessed: usize,
         out: &mut dyn std::io::Write,
     ) -> Result<()> {
+        self.export_write_reflecting(thread_id, witnessed, out, &mut |_| {})
+    }
+
+    /// [`Ledger::export_write_witnessed`], telling `reflects` the latest signed checkpoint of
+    /// the export's snapshot before the first byte is written (an answer read from another
+    /// database names it, `serve --read-database`). The bundle itself is proven against that
+    /// checkpoint, or with `witnessed` against the latest one with the cosignatures asked for.
+    ///
+    /// # Errors
+    /// As [`Ledger::export_write_witnessed`].
+    pub fn export_write_reflecting(
+        &self,
+        thread_id: &str,
+        witnessed: usize,
+        out: &mut dyn std::io::Write,
+        reflects: &mut dyn FnMut(&Checkpoint),
+    ) -> Result<()> {
         let snap = self.engine.snapshot()?;
         let (cp, note) = self.export_checkpoint(&*snap, thread_id, witnessed)?;
+        let latest = self
+            .latest_checkpoint_in(&*snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        reflects(&latest);
         // The thread index is in thread order, which is seq order: the first record is covered
         // when any is.
         let first = index::thread_seqs(&*snap, thread_id, 0)

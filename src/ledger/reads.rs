@@ -12,6 +12,7 @@ use crate::format::note::Checkpoint;
 use crate::format::record::{Actor, Record};
 use crate::index::{self, Head};
 use crate::model::state::{RequestState, Status};
+use crate::storage::Read;
 
 /// A request and every record naming it, in `seq` order.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,32 +251,28 @@ impl Ledger {
         after: Option<u64>,
         limit: usize,
     ) -> Result<ThreadPage> {
-        let from = match after {
-            Some(a) => match a.checked_add(1) {
-                Some(n) => n,
-                None => return Ok((Vec::new(), None)),
-            },
-            None => 0,
-        };
         let snap = self.engine.snapshot()?;
-        let mut out: Vec<(Record, Hash, Vec<u8>)> = Vec::new();
-        let mut bytes = 0usize;
-        let mut next = None;
-        for item in index::thread_seqs(&*snap, thread_id, from) {
-            let (_, seq) = item?;
-            if out.len() >= limit || bytes > PAGE_BYTES {
-                next = out.last().map(|(r, _, _)| r.thread_seq);
-                break;
-            }
-            let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
-                Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
-            })?;
-            let r = Record::read(&leaf)
-                .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
-            bytes += leaf.len();
-            out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
-        }
-        Ok((out, next))
+        thread_records_in(&*snap, thread_id, after, limit)
+    }
+
+    /// [`Ledger::thread_records`] with the latest signed checkpoint of the same snapshot: the
+    /// page holds exactly the records that checkpoint's tree holds (every batch signs its own
+    /// checkpoint in the transaction that appends it), which is what an answer read from
+    /// another database (`serve --read-database`) says it reflects.
+    ///
+    /// # Errors
+    /// Storage errors; `corrupt` when no checkpoint is stored.
+    pub fn thread_records_reflecting(
+        &self,
+        thread_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<(ThreadPage, Checkpoint)> {
+        let snap = self.engine.snapshot()?;
+        let cp = self
+            .latest_checkpoint_in(&*snap)?
+            .ok_or_else(|| Error::corrupt("no checkpoint is stored"))?;
+        Ok((thread_records_in(&*snap, thread_id, after, limit)?, cp))
     }
 
     /// The tenant a request belongs to, `None` when there is no such request.
@@ -335,4 +332,38 @@ impl Ledger {
     pub fn checkpoints(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         index::checkpoints(&*self.engine.snapshot()?)
     }
+}
+
+/// [`Ledger::thread_records`] in one snapshot.
+fn thread_records_in(
+    snap: &dyn Read,
+    thread_id: &str,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<ThreadPage> {
+    let from = match after {
+        Some(a) => match a.checked_add(1) {
+            Some(n) => n,
+            None => return Ok((Vec::new(), None)),
+        },
+        None => 0,
+    };
+    let mut out: Vec<(Record, Hash, Vec<u8>)> = Vec::new();
+    let mut bytes = 0usize;
+    let mut next = None;
+    for item in index::thread_seqs(snap, thread_id, from) {
+        let (_, seq) = item?;
+        if out.len() >= limit || bytes > PAGE_BYTES {
+            next = out.last().map(|(r, _, _)| r.thread_seq);
+            break;
+        }
+        let leaf = index::leaf(snap, seq)?.ok_or_else(|| {
+            Error::corrupt_at(seq, format!("thread index names missing record {seq}"))
+        })?;
+        let r = Record::read(&leaf)
+            .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
+        bytes += leaf.len();
+        out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
+    }
+    Ok((out, next))
 }

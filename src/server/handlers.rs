@@ -301,12 +301,13 @@ pub(super) async fn reach_request(st: &Arc<AppState>, actor: &Actor, rid: &str) 
 
 /// True when the caller reaches the thread: every caller reaches every thread when unscoped;
 /// a scoped one only its tenants' (the reserved refusals thread belongs to no tenant).
+/// Asked of the ledger the audit routes read (the thread routes are audit routes).
 async fn reaches_thread(st: &Arc<AppState>, actor: &Actor, tid: &str) -> Result<bool> {
     if actor.reach == Reach::All {
         return Ok(true);
     }
     let id = tid.to_string();
-    Ok(blocking(st, move |l| l.thread_tenant(&id))
+    Ok(blocking_audit(st, move |l| l.thread_tenant(&id))
         .await?
         .is_some_and(|t| actor.reaches(&t)))
 }
@@ -333,6 +334,37 @@ pub(super) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&ledger))
         .await
         .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?
+}
+
+/// [`blocking`] on the ledger the audit routes read ([`AppState::with_audit_reader`]).
+pub(super) async fn blocking_audit<T: Send + 'static>(
+    st: &Arc<AppState>,
+    f: impl FnOnce(&Ledger) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let ledger = Arc::clone(st.audit_ledger());
+    tokio::task::spawn_blocking(move || f(&ledger))
+        .await
+        .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?
+}
+
+/// The header an answer read from the read database carries: the latest signed checkpoint
+/// it reflects, as its size and its root in standard base64 (protocol 11.1). Answers read
+/// from the ledger written to carry none.
+pub(super) const READ_CHECKPOINT: &str = "hitl-read-checkpoint";
+
+/// Adds [`READ_CHECKPOINT`] to an answer when the audit routes read another database.
+pub(super) fn reflecting(st: &AppState, mut r: Response, size: u64, root_b64: &str) -> Response {
+    if st.audit.is_some()
+        && let Ok(v) = HeaderValue::from_str(&format!("{size} {root_b64}"))
+    {
+        r.headers_mut().insert(READ_CHECKPOINT, v);
+    }
+    r
+}
+
+fn b64(h: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(h)
 }
 
 async fn dispatch(
@@ -391,8 +423,15 @@ async fn dispatch(
                     wire::thread_page_text(&(Vec::new(), None)),
                 ));
             }
-            let page = blocking(st, move |l| l.thread_records(&tid, after, limit)).await?;
-            Ok(json_text_response(200, wire::thread_page_text(&page)))
+            let (page, cp) =
+                blocking_audit(st, move |l| l.thread_records_reflecting(&tid, after, limit))
+                    .await?;
+            Ok(reflecting(
+                st,
+                json_text_response(200, wire::thread_page_text(&page)),
+                cp.size,
+                &b64(&cp.root),
+            ))
         }
         Route::ThreadExport(tid) => {
             path_id("thread_id", &tid)?;
@@ -552,8 +591,10 @@ const EXPORT_PIECE: usize = 256 << 10;
 /// answer; one found later ends the connection with the document unfinished.
 async fn export_response(st: &Arc<AppState>, tid: String, witnessed: usize) -> Result<Response> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes>>(2);
-    let ledger = Arc::clone(&st.ledger);
+    let ledger = Arc::clone(st.audit_ledger());
     let handle = tokio::runtime::Handle::current();
+    // The latest checkpoint of the export's snapshot, told before its first byte.
+    let (reflects_tx, reflects_rx) = std::sync::mpsc::channel::<(u64, String)>();
     tokio::task::spawn_blocking(move || {
         let mut sink = ExportSink {
             tx,
@@ -561,7 +602,9 @@ async fn export_response(st: &Arc<AppState>, tid: String, witnessed: usize) -> R
             piece: Vec::new(),
             gone: false,
         };
-        let mut written = ledger.export_write_witnessed(&tid, witnessed, &mut sink);
+        let mut written = ledger.export_write_reflecting(&tid, witnessed, &mut sink, &mut |cp| {
+            let _ = reflects_tx.send((cp.size, b64(&cp.root)));
+        });
         if written.is_ok() && sink.send_piece().is_err() {
             written = Err(Error::new(ErrorCode::Internal, "the export's reader left"));
         }
@@ -604,7 +647,15 @@ async fn export_response(st: &Arc<AppState>, tid: String, witnessed: usize) -> R
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    Ok(r)
+    // Told before the first piece was written, so it is here once the piece is.
+    match reflects_rx.try_recv() {
+        Ok((size, root)) => Ok(reflecting(st, r, size, &root)),
+        Err(_) if st.audit.is_some() => Err(Error::new(
+            ErrorCode::Internal,
+            "the export did not name the checkpoint it reflects",
+        )),
+        Err(_) => Ok(r),
+    }
 }
 
 /// Where an export writes: pieces of [`EXPORT_PIECE`] bytes handed to the answer's body, each

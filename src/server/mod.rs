@@ -37,6 +37,8 @@ pub use body::{BODY_GRACE, BODY_MIN_RATE, BodyTiming, MAX_IN_FLIGHT_BYTES, SHARE
 /// Shared state of the server.
 pub struct AppState {
     ledger: Arc<Ledger>,
+    /// Where the audit routes read (`serve --read-database`, a hot standby); `None`: `ledger`.
+    audit: Option<Arc<Ledger>>,
     committer: Committer,
     tokens: std::sync::RwLock<Tokens>,
     tokens_file: Option<TokensFile>,
@@ -116,6 +118,7 @@ impl AppState {
         AppState {
             committer: Committer::start(Arc::clone(&ledger), commit),
             ledger,
+            audit: None,
             tokens: std::sync::RwLock::new(tokens),
             tokens_file: None,
             budget: body::Budget::new(MAX_IN_FLIGHT_BYTES),
@@ -130,6 +133,21 @@ impl AppState {
             submitter: None,
             witness_metrics: Arc::default(),
         }
+    }
+
+    /// Answers the audit routes (a thread's records and export, the report) from `reader`, the
+    /// same ledger opened on another database (a hot standby, [`crate::ledger::LedgerOptions`]'s
+    /// `read_database`), so an audit does not load the primary. Each such answer names the
+    /// checkpoint it reflects (header `Hitl-Read-Checkpoint`, protocol 11.1). Every other
+    /// route, the gate's first, stays on the ledger written to.
+    pub fn with_audit_reader(mut self, reader: Arc<Ledger>) -> AppState {
+        self.audit = Some(reader);
+        self
+    }
+
+    /// The ledger the audit routes read: the read database's when one is given.
+    fn audit_ledger(&self) -> &Arc<Ledger> {
+        self.audit.as_ref().unwrap_or(&self.ledger)
     }
 
     /// Runs the witness submitter beside the server (protocol 14.6).

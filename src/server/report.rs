@@ -1,14 +1,15 @@
 //! `GET /v1/report?since=&until=&window=&by=&thread=&alpha=` (auditor; admin): the oversight
 //! report (protocol section 13) as JSON. A scoped auditor's report counts only its tenants'
 //! requests and refusals. Bad parameters are 400 with a stable code, and nothing is written
-//! (the route only reads).
+//! (the route only reads). It is an audit route: with `serve --read-database` it reads the
+//! read database and names the checkpoint it reflects.
 
 use std::sync::Arc;
 
 use axum::response::Response;
 
 use super::AppState;
-use super::handlers::{blocking, json_response};
+use super::handlers::{blocking_audit, json_response, reflecting};
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::record::{Actor, Reach};
 use crate::oversight::{Query, RawQuery, Scope};
@@ -59,8 +60,9 @@ pub(super) async fn report(
             Reach::Only(ts) => Some(ts.clone()),
         },
     };
-    let report = blocking(st, move |l| l.report(&q, &scope)).await?;
+    let report = blocking_audit(st, move |l| l.report(&q, &scope)).await?;
     let v = serde_json::to_value(&report)
         .map_err(|e| Error::new(ErrorCode::Internal, format!("the report as JSON: {e}")))?;
-    Ok(json_response(200, &v))
+    let (size, root) = (report.checkpoint.size, report.checkpoint.root.clone());
+    Ok(reflecting(st, json_response(200, &v), size, &root))
 }

@@ -1137,3 +1137,190 @@ fn verify_and_export_read_a_hot_standby_given_as_the_read_database() {
     assert_ne!(code, 0, "{err}");
     assert!(!err.contains("sekret"), "{err}");
 }
+
+/// `serve --read-database URL` answers the audit routes (a thread's records and export, the
+/// report) from a hot standby, each answer naming the checkpoint of the snapshot it was read
+/// from (`Hitl-Read-Checkpoint`), with the tenant checks asked of the standby too; every other
+/// route stays on the primary. Shown by killing the primary: the audit routes still answer,
+/// the rest do not. A server without the flag sends no such header; a RocksDB ledger and an
+/// unreachable read database stop `serve` at start.
+#[test]
+fn serve_answers_the_audit_routes_from_a_hot_standby_given_as_the_read_database() {
+    use base64::Engine as _;
+    let (primary, standby, url) = replicated(true);
+    let (tmp, tokens) = first_server_dir_at(&url);
+    let a = tmp.path().join("a");
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    let standby_url = format!("postgres://postgres@127.0.0.1:{}/{db}", standby.port());
+    // An auditor of another tenant.
+    let (code, out, err) = run(
+        &a,
+        &[
+            "token",
+            "add",
+            "--principal",
+            "aud-other",
+            "--role",
+            "auditor",
+            "--tenant",
+            "other",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let other: Value = serde_json::from_str(&out).unwrap();
+    let other = other["token"].as_str().unwrap().to_string();
+    // A second server on the same database, without the flag.
+    let plain_dir = tmp.path().join("b");
+    copy_server_dir(&a, &plain_dir);
+
+    let mut cmd = std::process::Command::new(bin());
+    cmd.arg("--data")
+        .arg(&a)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--read-database",
+            &standby_url,
+        ])
+        .stderr(Stdio::null());
+    let (child, addr) = spawn_listening(cmd);
+    let mut reading = Servers {
+        children: vec![Some(child)],
+        addrs: vec![addr],
+    };
+    let plain = Servers::start(std::slice::from_ref(&plain_dir));
+    for i in 0..20 {
+        let r = post(
+            addr,
+            "/v1/interrupts",
+            &tokens["agent"],
+            &interrupt_body(&format!("ra-{i}"), "ra-thread"),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    // The primary's checkpoint: origin, size, root.
+    let note = get(addr, "/v1/checkpoint", &tokens["auditor"]);
+    assert_eq!(
+        note.header("hitl-read-checkpoint"),
+        None,
+        "not an audit route"
+    );
+    let note = note.text();
+    let size: u64 = note.lines().nth(1).unwrap().parse().unwrap();
+    let root = note.lines().nth(2).unwrap().to_string();
+    let want = format!("{size} {root}");
+    let path = "/v1/threads/ra-thread/records";
+    // Synchronous commit waits for the standby's flush, not its replay: wait for the replay.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let records = loop {
+        let r = get(addr, path, &tokens["auditor"]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let named = r.header("hitl-read-checkpoint").expect("named").to_string();
+        let (n, rt) = named.split_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        assert!(n <= size, "{named}");
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(rt)
+                .unwrap()
+                .len(),
+            32,
+            "{named}"
+        );
+        if named == want {
+            break r.json();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not replay: {named}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        records["records"].as_array().unwrap().len(),
+        20,
+        "{records}"
+    );
+    // The same page from the server without the flag: the same body, no header.
+    let r = get(plain.addrs[0], path, &tokens["auditor"]);
+    assert_eq!(r.json(), records);
+    assert_eq!(r.header("hitl-read-checkpoint"), None);
+    for p in ["/v1/threads/ra-thread/export", "/v1/report"] {
+        let r = get(plain.addrs[0], p, &tokens["auditor"]);
+        assert_eq!(r.status, 200, "{p}: {}", r.text());
+        assert_eq!(r.header("hitl-read-checkpoint"), None, "{p}");
+    }
+
+    drop(plain);
+    // Bad input, refused at start (nothing listens): a RocksDB ledger, an unreachable read
+    // database (its password not printed), while the primary is up.
+    let rocks = tmp.path().join("rocks");
+    let (code, _, err) = run(&rocks, &["init", "--origin", ORIGIN]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(
+        &rocks,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--read-database",
+            &standby_url,
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("RocksDB"), "{err}");
+    let (code, out, err) = run(
+        &plain_dir,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--read-database",
+            "postgres://postgres:sekret@127.0.0.1:1/x",
+        ],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(!out.contains("listening"), "{out}");
+    assert!(!err.contains("sekret"), "{err}");
+
+    // The primary gone: the audit routes read the standby alone.
+    primary.kill();
+    let r = get(addr, path, &tokens["auditor"]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), records);
+    assert_eq!(r.header("hitl-read-checkpoint"), Some(want.as_str()));
+    let r = get(addr, "/v1/threads/ra-thread/export", &tokens["auditor"]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("hitl-read-checkpoint"), Some(want.as_str()));
+    let bundle = tmp.path().join("bundle.json");
+    std::fs::write(&bundle, &r.body).unwrap();
+    let key = std::fs::read_to_string(a.join("verifier.key")).unwrap();
+    let (code, out, err) = run(
+        &a,
+        &[
+            "verify-export",
+            bundle.to_str().unwrap(),
+            "--key",
+            key.trim(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let r = get(addr, "/v1/report", &tokens["auditor"]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("hitl-read-checkpoint"), Some(want.as_str()));
+    assert_eq!(r.json()["checkpoint"]["size"], json!(size));
+    // The tenant checks are the standby's: another tenant's auditor sees no thread.
+    let r = get(addr, path, &other);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["records"], json!([]));
+    let r = get(addr, "/v1/threads/ra-thread/export", &other);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"], "thread_not_found");
+    // Every other route read the primary, which is gone.
+    let r = get(addr, "/v1/pending", &tokens["auditor"]);
+    assert!(r.status >= 500, "{} {}", r.status, r.text());
+    reading.kill(0);
+}

@@ -236,6 +236,11 @@ pub enum Command {
         /// sent the latest checkpoint; `witnesses add`); 0 turns the submitter off.
         #[arg(long, default_value_t = 30)]
         witness_interval_s: u64,
+        /// Answer the audit routes (a thread's records and export, the report) from this
+        /// PostgreSQL database (a hot standby), so audits do not load the primary; each such
+        /// answer names the checkpoint it reflects (header Hitl-Read-Checkpoint).
+        #[arg(long, value_name = "URL")]
+        read_database: Option<String>,
     },
     /// Write one thread's bundle (evidence), or a readable view with --format jsonl or csv.
     Export {

@@ -137,6 +137,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             init,
             origin,
             witness_interval_s,
+            read_database,
         } => {
             let commit = CommitConfig {
                 queue_capacity: queue_capacity.max(1),
@@ -168,7 +169,18 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 stall: std::time::Duration::from_secs(stream_stall_seconds),
             };
             let witnesses = std::time::Duration::from_secs(witness_interval_s);
-            crate::serve::serve(&dir, &listen, tokens, policy, commit, streams, witnesses)
+            crate::serve::serve(
+                &dir,
+                &listen,
+                crate::serve::Serving {
+                    tokens,
+                    policy,
+                    commit,
+                    streams,
+                    witness_interval: witnesses,
+                    read_database,
+                },
+            )
         }
         Command::Export {
             thread,
@@ -482,20 +494,33 @@ fn checkpoint(dir: &Path, f: Format) -> Result<Outcome> {
 /// The ledger of `dir`, read from `read_database` when one is given (a hot standby): then the
 /// checkpoint that database holds, which is what the answer reflects, is printed first.
 fn open_for_reading(dir: &Path, read_database: Option<String>) -> Result<Ledger> {
-    let Some(url) = read_database else {
-        return Ledger::open(dir);
-    };
+    match read_database {
+        None => Ledger::open(dir),
+        Some(url) => open_read_database(dir, url, None, "reading"),
+    }
+}
+
+/// The ledger of `dir` read from the database at `url` (no lock, nothing written), after a
+/// line on standard error naming the database and its latest checkpoint: `what` says what
+/// reads it.
+pub(crate) fn open_read_database(
+    dir: &Path,
+    url: String,
+    policy_path: Option<PathBuf>,
+    what: &str,
+) -> Result<Ledger> {
     let ledger = Ledger::open_with(
         dir,
         hitl_ledger::ledger::LedgerOptions {
             read_database: Some(url),
+            policy_path,
             ..Default::default()
         },
     )?;
     use base64::Engine as _;
     let (cp, _) = ledger.latest_checkpoint()?;
     eprintln!(
-        "hitl-ledger: reading {}: its latest checkpoint is of {} records, root {}",
+        "hitl-ledger: {what} {}: its latest checkpoint is of {} records, root {}",
         ledger.engine().describe(),
         cp.size,
         base64::engine::general_purpose::STANDARD.encode(cp.root)

@@ -37,16 +37,32 @@ pub fn init_for_serve(dir: &Path, origin: &str, tokens: Option<&Path>) -> Result
     Ok(())
 }
 
+/// What `serve` is given besides the data directory and the address.
+pub struct Serving {
+    /// The tokens file (default `DIR/tokens.json`).
+    pub tokens: Option<PathBuf>,
+    /// The policy file (default `DIR/policy.json`).
+    pub policy: Option<PathBuf>,
+    /// The group-commit queue's bounds.
+    pub commit: CommitConfig,
+    /// The event streams' bounds.
+    pub streams: hitl_ledger::server::events::StreamLimits,
+    /// Between two rounds of the witness submitter (zero: no submitter).
+    pub witness_interval: std::time::Duration,
+    /// Where the audit routes read (a hot standby of the ledger's PostgreSQL database).
+    pub read_database: Option<String>,
+}
+
 /// `serve`: the HTTP API until SIGTERM or SIGINT.
-pub fn serve(
-    dir: &Path,
-    listen: &str,
-    tokens: Option<PathBuf>,
-    policy: Option<PathBuf>,
-    commit: CommitConfig,
-    streams: hitl_ledger::server::events::StreamLimits,
-    witness_interval: std::time::Duration,
-) -> Result<Outcome> {
+pub fn serve(dir: &Path, listen: &str, s: Serving) -> Result<Outcome> {
+    let Serving {
+        tokens,
+        policy,
+        commit,
+        streams,
+        witness_interval,
+        read_database,
+    } = s;
     hitl_ledger::server::init_logging();
     let tokens_path = tokens.unwrap_or_else(|| dir.join(files::TOKENS));
     let tokens = Tokens::load(&tokens_path)?;
@@ -59,10 +75,21 @@ pub fn serve(
     let ledger = std::sync::Arc::new(Ledger::open_with(
         dir,
         LedgerOptions {
-            policy_path: policy,
+            policy_path: policy.clone(),
             ..Default::default()
         },
     )?);
+    // The audit routes' ledger: the same data directory's, read from the read database (no
+    // lock: the ledger above holds it), opened before listening so a wrong URL stops `serve`.
+    let audit = match read_database {
+        None => None,
+        Some(url) => Some(std::sync::Arc::new(crate::commands::open_read_database(
+            dir,
+            url,
+            policy,
+            "the audit routes read",
+        )?)),
+    };
     if let Some(e) = ledger.refuses_writes() {
         eprintln!(
             "warning: this ledger refuses every write until it is repaired: {}",
@@ -87,6 +114,9 @@ pub fn serve(
             hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
                 .watch_tokens_file(&tokens_path)
                 .with_stream_limits(streams);
+        if let Some(reader) = audit {
+            state = state.with_audit_reader(reader);
+        }
         if !witness_interval.is_zero() {
             state = state.with_witness_submitter(hitl_ledger::server::submitter::SubmitterConfig {
                 interval: witness_interval,
