@@ -7,12 +7,14 @@
 use std::sync::mpsc::Receiver;
 
 use super::scratch::Scratch;
+use super::spill::ScratchSpill;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
 use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
 use crate::storage::{Durability, Engine, Keyspace, Read};
+use crate::verify::spill::SPILL_AT;
 use crate::verify::{
     ChainCheck, Checked, Problem, ProblemCode, VerifyReport, compare_index, sort_problems,
 };
@@ -30,6 +32,9 @@ const FLUSH_EVERY: usize = 4096;
 /// checked records into the scratch database. The report is exactly the one of
 /// [`super::reference::verify`], which does the same one step after the other.
 ///
+/// The approval-rule replay keeps at most [`SPILL_AT`] of its entries in memory and the rest
+/// in a scratch store ([`crate::verify::spill`]), so its memory does not grow with the ledger.
+///
 /// # Errors
 /// Storage errors only; everything wrong with the data is a [`Problem`].
 pub fn verify(
@@ -37,10 +42,28 @@ pub fn verify(
     trusted: Option<&[u8]>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<VerifyReport> {
+    verify_spilling_at(ledger, trusted, progress, SPILL_AT)
+}
+
+/// [`verify`], the rule replay spilling past `spill_at` entries in memory (the tests spill
+/// after every few, to hold the findings equal to the replay that keeps everything).
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_spilling_at(
+    ledger: &Ledger,
+    trusted: Option<&[u8]>,
+    progress: &mut dyn FnMut(u64, u64),
+    spill_at: usize,
+) -> Result<VerifyReport> {
     let snap = ledger.engine().snapshot()?;
     let checkpoints = index::checkpoints(&*snap)?;
     let mut check = ChainCheck::new(ledger.origin(), &ledger.verifier(), &checkpoints);
     let total = index::record_count(&*snap).unwrap_or(0);
+    check.spill_to(
+        Box::new(ScratchSpill::create(ledger, "verify-replay")?),
+        spill_at,
+    );
     check.reserve(total);
     // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
     // so verifying holds O(chunk) in memory whatever the ledger's size.
@@ -75,6 +98,9 @@ pub fn verify(
         fed?;
         derived
     })?;
+    if let Some(e) = check.spill_failure() {
+        return Err(Error::storage("verify", e));
+    }
     let n = check.size();
     let mut problems = check.finish();
     if let Some(t) = trusted {

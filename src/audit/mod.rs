@@ -5,4 +5,5 @@
 pub mod fsck;
 pub mod reference;
 mod scratch;
+mod spill;
 pub mod views;

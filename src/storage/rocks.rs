@@ -45,21 +45,65 @@ mod budget {
     pub const INDEX_BUFFER: usize = 8 << 20;
     /// The block cache, shared by every column family, holding index and filter blocks too.
     pub const BLOCK_CACHE: usize = 32 << 20;
+    /// A scratch database's budget ([`super::RocksEngine::open_scratch`]): all memtables, one
+    /// memtable, the block cache (its Bloom filters and indexes are pinned outside it).
+    pub const SCRATCH: (usize, usize, usize) = (64 << 20, 32 << 20, 8 << 20);
 }
 
-fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache) -> Options {
+/// What a database may hold in memory: all memtables, one memtable of the records keyspace and
+/// of a derived one, the block cache; and whether it is a scratch database of one check (Bloom
+/// filters, for it is looked up mostly for keys it lacks; no compaction).
+#[derive(Clone, Copy)]
+struct Profile {
+    write_buffers: usize,
+    records_buffer: usize,
+    index_buffer: usize,
+    block_cache: usize,
+    scratch: bool,
+}
+
+/// The ledger's own database.
+const LEDGER: Profile = Profile {
+    write_buffers: budget::WRITE_BUFFERS,
+    records_buffer: budget::RECORDS_BUFFER,
+    index_buffer: budget::INDEX_BUFFER,
+    block_cache: budget::BLOCK_CACHE,
+    scratch: false,
+};
+
+/// A scratch database of one check, never synced.
+const SCRATCH: Profile = Profile {
+    write_buffers: budget::SCRATCH.0,
+    records_buffer: budget::SCRATCH.1,
+    index_buffer: budget::SCRATCH.1,
+    block_cache: budget::SCRATCH.2,
+    scratch: true,
+};
+
+fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache, p: Profile) -> Options {
     let mut o = Options::default();
     o.create_if_missing(true);
     o.create_missing_column_families(true);
     o.set_compression_type(rocksdb::DBCompressionType::None);
     o.set_paranoid_checks(true);
-    o.set_db_write_buffer_size(budget::WRITE_BUFFERS);
+    o.set_db_write_buffer_size(p.write_buffers);
     o.set_write_buffer_size(match ks {
-        Some(Keyspace::Records) | None => budget::RECORDS_BUFFER,
-        Some(_) => budget::INDEX_BUFFER,
+        Some(Keyspace::Records) | None => p.records_buffer,
+        Some(_) => p.index_buffer,
     });
     o.set_max_write_buffer_number(2);
     let mut table = rocksdb::BlockBasedOptions::default();
+    if p.scratch {
+        table.set_bloom_filter(10.0, false);
+        // A scratch database lives for one check: its tables are never compacted (lookups
+        // ask each table's Bloom filter, pinned in memory), so the check pays for each entry
+        // written once. Measured in docs/performance.md ("Memory").
+        o.set_disable_auto_compactions(true);
+        o.set_level_zero_slowdown_writes_trigger(1 << 20);
+        o.set_level_zero_stop_writes_trigger(1 << 20);
+        o.set_soft_pending_compaction_bytes_limit(0);
+        o.set_hard_pending_compaction_bytes_limit(0);
+    }
     table.set_block_cache(cache);
     table.set_cache_index_and_filter_blocks(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
@@ -78,17 +122,42 @@ impl RocksEngine {
     /// [`StorageError::Engine`]; when the database is missing and `create` is false, an engine
     /// error saying so.
     pub fn open(path: &Path, create: bool) -> Result<RocksEngine, StorageError> {
+        RocksEngine::open_profile(path, create, LEDGER)
+    }
+
+    /// Creates a scratch database at `path` for one check (a smaller block cache, Bloom
+    /// filters for lookups of absent keys, no compaction), which its user removes afterwards.
+    ///
+    /// # Errors
+    /// [`StorageError::Engine`].
+    pub fn open_scratch(path: &Path) -> Result<RocksEngine, StorageError> {
+        RocksEngine::open_profile(path, true, SCRATCH)
+    }
+
+    /// The latest value of `key`, outside any snapshot (a scratch database's one user reads
+    /// what it wrote).
+    ///
+    /// # Errors
+    /// [`StorageError::Engine`].
+    pub fn get_latest(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.count();
+        self.db
+            .get_cf(self.cf(ks), key)
+            .map_err(engine_err("reading"))
+    }
+
+    fn open_profile(path: &Path, create: bool, p: Profile) -> Result<RocksEngine, StorageError> {
         if !create && !path.join("CURRENT").exists() {
             return Err(StorageError::engine(
                 "opening the database",
                 "there is no RocksDB database in the data directory",
             ));
         }
-        let cache = rocksdb::Cache::new_lru_cache(budget::BLOCK_CACHE);
+        let cache = rocksdb::Cache::new_lru_cache(p.block_cache);
         let cfs = Keyspace::ALL
             .iter()
-            .map(|&ks| ColumnFamilyDescriptor::new(ks.name(), options(Some(ks), &cache)));
-        let db = DB::open_cf_descriptors(&options(None, &cache), path, cfs)
+            .map(|&ks| ColumnFamilyDescriptor::new(ks.name(), options(Some(ks), &cache, p)));
+        let db = DB::open_cf_descriptors(&options(None, &cache, p), path, cfs)
             .map_err(engine_err("opening the database"))?;
         Ok(RocksEngine {
             db,

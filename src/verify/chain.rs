@@ -312,6 +312,24 @@ impl ChainCheck {
         self.rules.reserve(records);
     }
 
+    /// Keeps the rule replay's state in `store` past `bound` entries in memory
+    /// ([`RuleReplay::spill_to`]), so a whole-ledger check's memory does not grow with the
+    /// ledger's requests. Set before the first record; the findings do not change.
+    pub fn spill_to(&mut self, store: Box<dyn super::spill::SpillStore>, bound: usize) {
+        self.rules.spill_to(store, bound);
+    }
+
+    /// The spill store's first failure ([`RuleReplay::spill_failure`]): the check is then
+    /// incomplete and must end in that error, not in a report.
+    pub fn spill_failure(&self) -> Option<&str> {
+        self.rules.spill_failure()
+    }
+
+    /// Times the rule replay wrote its state to the spill store.
+    pub fn spills(&self) -> u64 {
+        self.rules.spills()
+    }
+
     /// Records checked so far (the next expected seq).
     pub fn size(&self) -> u64 {
         self.next

@@ -12,6 +12,7 @@ pub mod chain;
 mod governance;
 pub mod index_cmp;
 pub mod rules;
+pub mod spill;
 pub mod trusted;
 pub mod witnessed;
 

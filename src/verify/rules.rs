@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use sha2::{Digest as _, Sha256};
 
 use super::governance::{Governance, RequestGov, principal_key, tool_key};
+use super::spill::SpillStore;
 use crate::format::merkle::Hash;
 use crate::format::record::{Kind, Record, parse_hex_hash};
 
@@ -106,7 +107,10 @@ pub const MAX_RESERVE: u64 = 1 << 22;
 
 /// The replay's state: one entry per request and per ticket, and the request of every record
 /// that names one (for `follows`).
-#[derive(Debug, Default)]
+///
+/// With a spill ([`RuleReplay::spill_to`]) the three tables hold only what was read or written
+/// since the last spill, and the rest is in the store ([`super::spill`]).
+#[derive(Default)]
 pub struct RuleReplay {
     requests: HashMap<Key, RequestRules>,
     tickets: HashMap<Key, TicketRules>,
@@ -114,6 +118,40 @@ pub struct RuleReplay {
     records: HashMap<Hash, Key>,
     /// The policy in force.
     gov: Governance,
+    spill: Option<Spill>,
+}
+
+impl std::fmt::Debug for RuleReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleReplay")
+            .field("requests", &self.requests.len())
+            .field("tickets", &self.tickets.len())
+            .field("records", &self.records.len())
+            .field("spills", &self.spill.as_ref().map(|s| s.spills))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the replay's entries go past `bound`.
+struct Spill {
+    store: Box<dyn SpillStore>,
+    bound: usize,
+    /// Spills so far.
+    spills: u64,
+    /// The first failure of the store: the replay judges nothing after it.
+    failed: Option<String>,
+}
+
+/// Tags of the spilled entries' keys: a request, a ticket, a record's request.
+const TAG_REQUEST: u8 = b'q';
+const TAG_TICKET: u8 = b't';
+const TAG_RECORD: u8 = b'r';
+
+fn spill_key(tag: u8, k: &[u8; 32]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(33);
+    v.push(tag);
+    v.extend_from_slice(k);
+    v
 }
 
 fn micros(r: &Record, field: &str) -> Option<i64> {
@@ -135,8 +173,103 @@ impl RuleReplay {
     /// record's (at 1,000,000 records the reserved request table alone was about 400 MiB). The
     /// cap bounds what a wrong hint (a tampered record count) can cost.
     pub fn reserve(&mut self, records: u64) {
+        if self.spill.is_some() {
+            return;
+        }
         let n = usize::try_from(records.min(MAX_RESERVE)).unwrap_or(0);
         self.records.reserve(n);
+    }
+
+    /// Keeps at most about `bound` entries in memory from now on, the rest in `store` (which
+    /// should start empty). The verdicts do not change.
+    pub fn spill_to(&mut self, store: Box<dyn SpillStore>, bound: usize) {
+        self.spill = Some(Spill {
+            store,
+            bound: bound.max(1),
+            spills: 0,
+            failed: None,
+        });
+    }
+
+    /// The first failure of the spill store: the replay judged nothing after it, so a check
+    /// that used it must fail with this error rather than report.
+    pub fn spill_failure(&self) -> Option<&str> {
+        self.spill.as_ref().and_then(|s| s.failed.as_deref())
+    }
+
+    /// Requests, tickets and records the replay holds in memory now.
+    pub fn in_memory(&self) -> usize {
+        self.requests.len() + self.tickets.len() + self.records.len()
+    }
+
+    /// Times the entries in memory were written to the store.
+    pub fn spills(&self) -> u64 {
+        self.spill.as_ref().map_or(0, |s| s.spills)
+    }
+
+    /// Loads from the store every entry judging `r` can read (its request, the request its
+    /// interrupt edits, the ticket it names, the record it follows) that is not in memory.
+    fn load(&mut self, r: &Record, rkey: Key) -> Result<(), String> {
+        let Some(sp) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        let mut requests = vec![rkey];
+        if let Some(o) = r.body_str("edit_of") {
+            requests.push(request_key(o));
+        }
+        for k in requests {
+            if !self.requests.contains_key(&k)
+                && let Some(v) = sp.store.get(&spill_key(TAG_REQUEST, &k))?
+            {
+                self.requests.insert(k, decode_request(&v)?);
+            }
+        }
+        if let Some(t) = r.body_str("ticket_id") {
+            let k = ticket_key(t);
+            if !self.tickets.contains_key(&k)
+                && let Some(v) = sp.store.get(&spill_key(TAG_TICKET, &k))?
+            {
+                self.tickets.insert(k, decode_ticket(&v)?);
+            }
+        }
+        if let Some(h) = r.body_str("follows").and_then(parse_hex_hash)
+            && !self.records.contains_key(&h)
+            && let Some(v) = sp.store.get(&spill_key(TAG_RECORD, &h))?
+        {
+            let owner: Key = v
+                .as_slice()
+                .try_into()
+                .map_err(|_| "a spilled record entry is not 32 bytes".to_string())?;
+            self.records.insert(h, owner);
+        }
+        Ok(())
+    }
+
+    /// Writes every entry in memory to the store and forgets them, once they pass the bound.
+    fn spill_if_full(&mut self) -> Result<(), String> {
+        let Some(sp) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        if self.requests.len() + self.tickets.len() + self.records.len() <= sp.bound {
+            return Ok(());
+        }
+        let mut out =
+            Vec::with_capacity(self.requests.len() + self.tickets.len() + self.records.len());
+        for (k, v) in self.requests.drain() {
+            out.push((spill_key(TAG_REQUEST, &k), encode_request(&v)));
+        }
+        for (k, v) in self.tickets.drain() {
+            out.push((spill_key(TAG_TICKET, &k), encode_ticket(&v)));
+        }
+        for (k, v) in self.records.drain() {
+            out.push((spill_key(TAG_RECORD, &k), v.to_vec()));
+        }
+        // Drained tables keep their capacity: give it back, or memory stays at the peak.
+        self.requests.shrink_to_fit();
+        self.tickets.shrink_to_fit();
+        self.records.shrink_to_fit();
+        sp.spills += 1;
+        sp.store.put(out)
     }
 
     /// Replays one record (the next in `seq` order, with its leaf hash). Returns why its
@@ -148,11 +281,27 @@ impl RuleReplay {
         }
         let rid = r.request_id.as_deref()?;
         let rkey = request_key(rid);
+        if self.spill_failure().is_some() {
+            return None;
+        }
+        if let Err(e) = self.load(r, rkey) {
+            self.fail(e);
+            return None;
+        }
         let verdict = self.judge(r, rid, rkey, leaf_hash);
         if verdict.is_none() {
             self.records.insert(*leaf_hash, rkey);
         }
+        if let Err(e) = self.spill_if_full() {
+            self.fail(e);
+        }
         verdict
+    }
+
+    fn fail(&mut self, e: String) {
+        if let Some(sp) = self.spill.as_mut() {
+            sp.failed.get_or_insert(e);
+        }
     }
 
     fn judge(&mut self, r: &Record, rid: &str, rkey: Key, leaf_hash: &Hash) -> Option<String> {
@@ -413,6 +562,192 @@ impl RuleReplay {
     }
 }
 
+/// A request's entry as spilled: its fields in order, fixed-size but for the approvals.
+fn encode_request(q: &RequestRules) -> Vec<u8> {
+    let mut v = Vec::with_capacity(160 + 32 * q.gov.approvals.len());
+    v.extend_from_slice(&q.deadline.to_be_bytes());
+    match &q.digest {
+        DigestKey::Sha256(h) => {
+            v.push(1);
+            v.extend_from_slice(h);
+        }
+        DigestKey::HmacSha256(h) => {
+            v.push(2);
+            v.extend_from_slice(h);
+        }
+        DigestKey::Other(s) => {
+            v.push(3);
+            v.extend_from_slice(&(s.len() as u64).to_be_bytes());
+            v.extend_from_slice(s.as_bytes());
+        }
+    }
+    v.push(match q.closed {
+        None => 0,
+        Some(Closed::Approved) => 1,
+        Some(Closed::Edited) => 2,
+        Some(Closed::Rejected) => 3,
+        Some(Closed::TimedOut) => 4,
+        Some(Closed::RevokedOpen) => 5,
+    });
+    v.push(u8::from(q.revoked));
+    v.extend_from_slice(&q.gov.opener);
+    v.extend_from_slice(&q.gov.tool);
+    v.extend_from_slice(&(q.gov.approvals.len() as u64).to_be_bytes());
+    for a in &q.gov.approvals {
+        v.extend_from_slice(a);
+    }
+    match &q.gov.break_glass {
+        None => v.push(0),
+        Some(b) => {
+            v.push(1);
+            v.extend_from_slice(&b.0);
+            v.extend_from_slice(&b.1);
+        }
+    }
+    v.push(u8::from(q.gov.reviewed));
+    v
+}
+
+/// Reads spilled bytes in order; every read says what was short.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        if self.0.len() < n {
+            return Err("a spilled replay entry is cut short".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(b))
+    }
+    fn key(&mut self) -> Result<Key, String> {
+        let mut k = [0u8; 32];
+        k.copy_from_slice(self.take(32)?);
+        Ok(k)
+    }
+    fn flag(&mut self) -> Result<bool, String> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(format!("a spilled replay entry holds flag {b}")),
+        }
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err("a spilled replay entry has bytes past its end".into())
+        }
+    }
+}
+
+fn decode_request(v: &[u8]) -> Result<RequestRules, String> {
+    let mut b = Bytes(v);
+    let deadline = b.u64()? as i64;
+    let digest = match b.u8()? {
+        1 => DigestKey::Sha256(b.key()?),
+        2 => DigestKey::HmacSha256(b.key()?),
+        3 => {
+            let n = usize::try_from(b.u64()?).map_err(|e| e.to_string())?;
+            let s = std::str::from_utf8(b.take(n)?).map_err(|e| e.to_string())?;
+            DigestKey::Other(s.into())
+        }
+        t => return Err(format!("a spilled request holds digest tag {t}")),
+    };
+    let closed = match b.u8()? {
+        0 => None,
+        1 => Some(Closed::Approved),
+        2 => Some(Closed::Edited),
+        3 => Some(Closed::Rejected),
+        4 => Some(Closed::TimedOut),
+        5 => Some(Closed::RevokedOpen),
+        t => return Err(format!("a spilled request holds closing tag {t}")),
+    };
+    let revoked = b.flag()?;
+    let opener = b.key()?;
+    let tool = b.key()?;
+    let n = usize::try_from(b.u64()?).map_err(|e| e.to_string())?;
+    if n > v.len() / 32 {
+        return Err("a spilled request names more approvals than it holds".into());
+    }
+    let mut approvals = Vec::with_capacity(n);
+    for _ in 0..n {
+        approvals.push(b.key()?);
+    }
+    let break_glass = if b.flag()? {
+        Some(Box::new((b.key()?, b.key()?)))
+    } else {
+        None
+    };
+    let reviewed = b.flag()?;
+    b.end()?;
+    Ok(RequestRules {
+        deadline,
+        digest,
+        closed,
+        revoked,
+        gov: RequestGov {
+            opener,
+            tool,
+            approvals,
+            break_glass,
+            reviewed,
+        },
+    })
+}
+
+/// A ticket's entry as spilled.
+fn encode_ticket(t: &TicketRules) -> Vec<u8> {
+    let mut v = Vec::with_capacity(43);
+    v.extend_from_slice(&t.request);
+    v.push(match t.issuer {
+        Issuer::Approve => 1,
+        Issuer::Edit => 2,
+        Issuer::Reject => 3,
+    });
+    match t.expires_at {
+        None => v.push(0),
+        Some(e) => {
+            v.push(1);
+            v.extend_from_slice(&e.to_be_bytes());
+        }
+    }
+    v.push(u8::from(t.used));
+    v
+}
+
+fn decode_ticket(v: &[u8]) -> Result<TicketRules, String> {
+    let mut b = Bytes(v);
+    let request = b.key()?;
+    let issuer = match b.u8()? {
+        1 => Issuer::Approve,
+        2 => Issuer::Edit,
+        3 => Issuer::Reject,
+        t => return Err(format!("a spilled ticket holds issuer tag {t}")),
+    };
+    let expires_at = if b.flag()? {
+        Some(b.u64()? as i64)
+    } else {
+        None
+    };
+    let used = b.flag()?;
+    b.end()?;
+    Ok(TicketRules {
+        request,
+        issuer,
+        expires_at,
+        used,
+    })
+}
+
 fn closed_name(c: Closed) -> &'static str {
     match c {
         Closed::Approved => "approved",
@@ -438,6 +773,76 @@ mod tests {
         let mut huge = RuleReplay::new();
         huge.reserve(u64::MAX);
         assert!(huge.records.capacity() < 2 * MAX_RESERVE as usize);
+    }
+
+    /// A spilled entry reads back as the entry written, for every variant of every field, and
+    /// bytes that are not one are an error, never an entry.
+    #[test]
+    fn spilled_entries_read_back_as_written() {
+        use super::{
+            Closed, DigestKey, Issuer, RequestGov, RequestRules, TicketRules, decode_request,
+            decode_ticket, encode_request, encode_ticket,
+        };
+        let digests = [
+            DigestKey::Sha256([1; 32]),
+            DigestKey::HmacSha256([2; 32]),
+            DigestKey::Other("md5:x".into()),
+            DigestKey::Other("".into()),
+        ];
+        let closings = [
+            None,
+            Some(Closed::Approved),
+            Some(Closed::Edited),
+            Some(Closed::Rejected),
+            Some(Closed::TimedOut),
+            Some(Closed::RevokedOpen),
+        ];
+        for (i, digest) in digests.iter().enumerate() {
+            for (j, closed) in closings.iter().enumerate() {
+                let q = RequestRules {
+                    deadline: if j % 2 == 0 { i64::MIN } else { -5 + j as i64 },
+                    digest: digest.clone(),
+                    closed: *closed,
+                    revoked: j % 3 == 0,
+                    gov: RequestGov {
+                        opener: [3; 32],
+                        tool: [4; 32],
+                        approvals: vec![[5; 32]; i],
+                        break_glass: (j % 2 == 1).then(|| Box::new(([6; 32], [7; 32]))),
+                        reviewed: i % 2 == 1,
+                    },
+                };
+                let bytes = encode_request(&q);
+                let back = decode_request(&bytes).unwrap();
+                assert_eq!(format!("{back:?}"), format!("{q:?}"));
+                for cut in 0..bytes.len() {
+                    assert!(decode_request(&bytes[..cut]).is_err(), "cut at {cut}");
+                }
+                let mut long = bytes.clone();
+                long.push(0);
+                assert!(decode_request(&long).is_err());
+            }
+        }
+        for issuer in [Issuer::Approve, Issuer::Edit, Issuer::Reject] {
+            for expires_at in [None, Some(i64::MAX), Some(-1)] {
+                for used in [false, true] {
+                    let t = TicketRules {
+                        request: [9; 32],
+                        issuer,
+                        expires_at,
+                        used,
+                    };
+                    let bytes = encode_ticket(&t);
+                    assert_eq!(
+                        format!("{:?}", decode_ticket(&bytes).unwrap()),
+                        format!("{t:?}")
+                    );
+                    for cut in 0..bytes.len() {
+                        assert!(decode_ticket(&bytes[..cut]).is_err(), "cut at {cut}");
+                    }
+                }
+            }
+        }
     }
 
     /// Rule 6b compares packed digests: they must be equal exactly when the strings are, or a

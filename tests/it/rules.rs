@@ -965,3 +965,141 @@ fn a_forbidden_break_glass_decision_is_no_break_glass_use() {
         report.problems
     );
 }
+
+/// The replay spilling its state (issue 22: `verify`'s memory bounded whatever the ledger's
+/// size) holds at most its bound of entries in memory after every record, writes the rest to
+/// its store, and judges every record as the replay that keeps everything in memory: the
+/// tickets granted after their approval was spilled, a second grant of one, follow-ups of
+/// spilled records, a rejection and a revocation of spilled requests.
+#[test]
+fn the_spilling_replay_holds_its_bound_in_memory_and_judges_alike() {
+    use hitl_ledger::format::merkle::leaf_hash;
+    use hitl_ledger::verify::rules::RuleReplay;
+    use hitl_ledger::verify::spill::MemorySpill;
+    let f = Fixture::new();
+    for i in 0..40u64 {
+        let rid = format!("sp-{i}");
+        f.interrupt(&rid, &format!("t-{}", i % 3), refund(100 + i));
+    }
+    for i in 0..40u64 {
+        let rid = format!("sp-{i}");
+        match i % 4 {
+            0 | 1 => {
+                let (ticket, _) = f.approve(&rid);
+                let g = f.authorize(&rid, &ticket, refund(100 + i), Some("a-1"));
+                // A second grant of the ticket is a denial, recorded.
+                f.authorize(&rid, &ticket, refund(100 + i), Some("a-2"));
+                let fu = hitl_ledger::model::request::FollowUpRequest::from_map(map(json!({
+                    "follow_up_id": "done", "follows": hex::encode(g.leaf_hash),
+                    "outcome": "refunded"})))
+                .unwrap();
+                f.l().follow_up(&rid, fu, &agent()).unwrap();
+            }
+            2 => {
+                f.reject(&rid);
+            }
+            _ => {
+                f.l()
+                    .revoke(
+                        &rid,
+                        hitl_ledger::model::request::RevokeRequest::from_map(map(
+                            json!({"reason": "changed my mind"}),
+                        ))
+                        .unwrap(),
+                        &agent(),
+                    )
+                    .unwrap();
+            }
+        }
+    }
+    let records: Vec<(Record, [u8; 32])> = (0..f.size())
+        .map(|seq| {
+            let leaf = f.l().leaf(seq).unwrap().unwrap();
+            (Record::read(&leaf).unwrap(), leaf_hash(&leaf))
+        })
+        .collect();
+    for bound in [1usize, 5, 64] {
+        let mut whole = RuleReplay::new();
+        let mut spilling = RuleReplay::new();
+        spilling.spill_to(Box::new(MemorySpill::default()), bound);
+        for (r, h) in &records {
+            assert_eq!(spilling.step(r, h), whole.step(r, h), "record {}", r.seq);
+            assert!(
+                spilling.in_memory() <= bound,
+                "{} entries in memory past a bound of {bound}",
+                spilling.in_memory()
+            );
+        }
+        assert!(spilling.spill_failure().is_none());
+        assert!(spilling.spills() > 0, "a bound of {bound} spilled nothing");
+        assert!(whole.in_memory() > 64, "{}", whole.in_memory());
+    }
+}
+
+/// A spill store that fails (a full disk, bytes that are not an entry) stops the replay: it
+/// judges nothing after the failure and says what failed, so `verify` ends in that error
+/// rather than in a report that judged only part of the ledger.
+#[test]
+fn a_failing_spill_store_stops_the_replay_with_its_error() {
+    use hitl_ledger::format::merkle::leaf_hash;
+    use hitl_ledger::verify::rules::RuleReplay;
+    use hitl_ledger::verify::spill::SpillStore;
+    struct Full;
+    impl SpillStore for Full {
+        fn get(&mut self, _: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            Ok(None)
+        }
+        fn put(&mut self, _: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+            Err("no space left on device".into())
+        }
+    }
+    struct Garbage;
+    impl SpillStore for Garbage {
+        fn get(&mut self, _: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            Ok(Some(vec![7; 5]))
+        }
+        fn put(&mut self, _: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+    let f = Fixture::new();
+    f.interrupt("a", "t", refund(1));
+    f.approve("a");
+    let d_leaf = f.l().leaf(2).unwrap().unwrap();
+    let (d, dh) = (Record::read(&d_leaf).unwrap(), leaf_hash(&d_leaf));
+    // A second interrupt of one request: a violation the replay finds when it works.
+    let leaf = f.l().leaf(1).unwrap().unwrap();
+    let r = Record::read(&leaf).unwrap();
+    let h = leaf_hash(&leaf);
+    // Each replay starts at init's policy record (seq 0).
+    let p_leaf = f.l().leaf(0).unwrap().unwrap();
+    let (p, ph) = (Record::read(&p_leaf).unwrap(), leaf_hash(&p_leaf));
+    let mut whole = RuleReplay::new();
+    assert_eq!(whole.step(&p, &ph), None);
+    assert_eq!(whole.step(&r, &h), None);
+    assert!(whole.step(&r, &h).is_some_and(|m| m.starts_with("rule 1")));
+
+    let mut full = RuleReplay::new();
+    full.spill_to(Box::new(Full), 1);
+    assert_eq!(full.step(&p, &ph), None);
+    assert_eq!(full.step(&r, &h), None);
+    assert_eq!(full.spill_failure(), Some("no space left on device"));
+    // Its entries are lost with the failed write: a judged decision would have no interrupt.
+    assert_eq!(
+        full.step(&d, &dh),
+        None,
+        "nothing is judged after the failure"
+    );
+
+    let mut garbage = RuleReplay::new();
+    garbage.spill_to(Box::new(Garbage), 1);
+    assert_eq!(garbage.step(&p, &ph), None);
+    assert_eq!(garbage.step(&r, &h), None);
+    assert!(
+        garbage
+            .spill_failure()
+            .is_some_and(|e| e.contains("cut short")),
+        "{:?}",
+        garbage.spill_failure()
+    );
+}

@@ -77,7 +77,16 @@ impl JsonReads for Ledger {
         trusted: Option<&[u8]>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> hitl_ledger::Result<hitl_ledger::verify::VerifyReport> {
-        hitl_ledger::audit::fsck::verify(self, trusted, progress)
+        let report = hitl_ledger::audit::fsck::verify(self, trusted, progress)?;
+        // Every test's verify also holds the replay that spills its state after every entry
+        // to the same findings.
+        let spilled =
+            hitl_ledger::audit::fsck::verify_spilling_at(self, trusted, &mut |_, _| {}, 1)?;
+        assert_eq!(
+            spilled.problems, report.problems,
+            "the spilling replay differs"
+        );
+        Ok(report)
     }
 }
 

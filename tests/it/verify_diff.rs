@@ -150,6 +150,12 @@ fn both(f: &mut Fixture, trusted: Option<&[u8]>) -> VerifyReport {
     assert_eq!(fast.records, slow.records);
     assert_eq!(fast.checkpoints, slow.checkpoints);
     assert_eq!(fast_progress.last(), ref_progress.last());
+    // The rule replay spilling its state to disk after every few entries finds the same.
+    for at in [1, 7] {
+        let spilled = fsck::verify_spilling_at(f.l(), trusted, &mut |_, _| {}, at).unwrap();
+        assert_eq!(spilled.problems, slow.problems, "spilling past {at}");
+        assert_eq!(spilled.records, slow.records);
+    }
     fast
 }
 
