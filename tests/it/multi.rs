@@ -1030,6 +1030,21 @@ fn a_standby_given_as_the_database_to_write_is_refused_before_anything_is_writte
     assert!(err.contains("names a standby"), "{err}");
 }
 
+/// `verify-export` of `bundle` with the verifier key of the ledger in `dir` accepts it.
+fn assert_bundle_verifies(dir: &Path, bundle: &Path) {
+    let key = std::fs::read_to_string(dir.join("verifier.key")).unwrap();
+    let (code, out, err) = run(
+        dir,
+        &[
+            "verify-export",
+            bundle.to_str().unwrap(),
+            "--key",
+            key.trim(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 /// `verify` and `export` read a hot standby with `--read-database URL`: beside a running server
 /// (whose data directory's lock they do not need), and still once the primary is gone, so what
 /// they read is the standby's; each names the checkpoint it reflects. A RocksDB ledger, a
@@ -1100,17 +1115,7 @@ fn verify_and_export_read_a_hot_standby_given_as_the_read_database() {
         err.contains(&format!("latest checkpoint is of {size} records")),
         "{err}"
     );
-    let key = std::fs::read_to_string(a.join("verifier.key")).unwrap();
-    let (code, out, err) = run(
-        &a,
-        &[
-            "verify-export",
-            bundle.to_str().unwrap(),
-            "--key",
-            key.trim(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    assert_bundle_verifies(&a, &bundle);
 
     // Bad input: a RocksDB ledger (usage, 2), a database holding another ledger, one that
     // cannot be reached; none of them names a password.
@@ -1297,17 +1302,7 @@ fn serve_answers_the_audit_routes_from_a_hot_standby_given_as_the_read_database(
     assert_eq!(r.header("hitl-read-checkpoint"), Some(want.as_str()));
     let bundle = tmp.path().join("bundle.json");
     std::fs::write(&bundle, &r.body).unwrap();
-    let key = std::fs::read_to_string(a.join("verifier.key")).unwrap();
-    let (code, out, err) = run(
-        &a,
-        &[
-            "verify-export",
-            bundle.to_str().unwrap(),
-            "--key",
-            key.trim(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    assert_bundle_verifies(&a, &bundle);
     let r = get(addr, "/v1/report", &tokens["auditor"]);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("hitl-read-checkpoint"), Some(want.as_str()));
