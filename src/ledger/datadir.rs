@@ -46,6 +46,13 @@ pub struct DirLock {
     _file: File,
 }
 
+/// How long [`lock_dir`] keeps trying a lock that is held before it names the holder. A lock
+/// released a moment ago can still be held for a few milliseconds by a process this one
+/// forked meanwhile (the lock belongs to the open file, which a child shares until it
+/// executes its program and its close-on-exec descriptors are closed); a server that holds
+/// it holds it far longer than this.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Takes the data directory's process lock (held while the returned value lives) and writes
 /// this process's PID and command into it.
 ///
@@ -60,7 +67,12 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
         .truncate(false)
         .open(&path)
         .map_err(|e| Error::new(ErrorCode::DataDir, format!("{}: {e}", path.display())))?;
-    if file.try_lock().is_err() {
+    let patience = std::time::Instant::now() + LOCK_PATIENCE;
+    while file.try_lock().is_err() {
+        if std::time::Instant::now() < patience {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            continue;
+        }
         let mut holder = String::new();
         let _ = file.read_to_string(&mut holder);
         let holder = holder.trim().replace('\n', " ");
@@ -637,7 +649,7 @@ fn build<'a>(
             let row = ledger_row(&id);
             PgEngine::create(url, &row)?;
             *created = Some(url);
-            Box::new(PgEngine::open(url, row)?)
+            Box::new(super::pg_writer(url, &id)?)
         }
     };
     // The size-0 checkpoint, then the first write: the file's policy as the ledger's first
