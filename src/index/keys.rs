@@ -5,6 +5,14 @@ use crate::codec::{be, join, read_be};
 /// The key of the head in [`crate::storage::Keyspace::Meta`].
 pub const HEAD_KEY: &[u8] = b"head";
 
+/// The key every commit that changes derived state gives a value it never held before: the
+/// head (size, last leaf hash, last `ts`), which every append moves and whose last leaf hash
+/// commits to every record, of which the derived state is a function (`apply`). An engine that
+/// carries reads from one write transaction to the next keeps them while this key holds what
+/// its own last commit left (`PgEngine::carrying_reads`).
+pub const VERSION_KEY: (crate::storage::Keyspace, &[u8]) =
+    (crate::storage::Keyspace::Meta, HEAD_KEY);
+
 /// Key of a tree tile (C2SP `tlog-tiles` layout, [`crate::format::tile`]): tile level
 /// (1 byte) ‖ tile index (u64 BE).
 pub fn tile_key(level: u32, index: u64) -> [u8; 9] {

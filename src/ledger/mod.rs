@@ -107,6 +107,14 @@ impl Identity {
     }
 }
 
+/// The PostgreSQL engine a server writes through: its write transactions carry their reads of
+/// derived state to the next while the derived head is the one this server's last commit
+/// wrote (`index::VERSION_KEY`).
+fn pg_writer(url: &str, id: &Identity) -> Result<PgEngine> {
+    let (ks, key) = index::VERSION_KEY;
+    Ok(PgEngine::open(url, ledger_row(id))?.carrying_reads(ks, key))
+}
+
 /// What a PostgreSQL database records of the ledger a server may write to.
 fn ledger_row(id: &Identity) -> LedgerRow {
     LedgerRow {
@@ -260,7 +268,7 @@ impl Ledger {
                 })?)
             }
             (EngineConfig::Postgres { url }, None) => {
-                let e = PgEngine::open(url, ledger_row(&id))?;
+                let e = pg_writer(url, &id)?;
                 mismatch = e.mismatch()?;
                 Box::new(e)
             }

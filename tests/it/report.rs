@@ -712,6 +712,9 @@ fn an_older_postgres_database_gets_its_new_derived_table_on_open() {
     rewind_to_version_3(dir.path());
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     c.batch_execute("DROP TABLE hitl_facts").unwrap();
+    // An older build's ledger row had no epoch of derived state either.
+    c.batch_execute("ALTER TABLE hitl_ledger DROP COLUMN derived_epoch")
+        .unwrap();
     let l = open_at(dir.path(), &clock);
     let q = query("tool", None, None, None);
     assert_eq!(
@@ -726,6 +729,16 @@ fn an_older_postgres_database_gets_its_new_derived_table_on_open() {
         .unwrap()
         .get(0);
     assert!(exists);
+    // The epoch was added on opening and moved by the rebuild, and the ledger writes.
+    let epoch: i64 = c
+        .query_one("SELECT derived_epoch FROM hitl_ledger", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 1, "reindex clears the derived keyspaces once");
+    drop(l);
+    let l = open_at(dir.path(), &clock);
+    l.interrupt(interrupt_req("p2", "tp", pay("refund", 2)), &agent_n(1))
+        .unwrap();
 }
 
 /// `n` decisions on tool `tool` in the hour starting at `hour`: `approve` approvals, the

@@ -25,7 +25,6 @@
 //!   happened, and the next operation tries again (no restart needed).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,11 +32,14 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 use postgres::error::SqlState;
 
+mod carry;
 mod connect;
 mod read;
 mod schema;
 mod txn;
 
+pub use carry::{CARRY_BYTES, CARRY_ENTRIES};
+use carry::{Carried, version_of};
 use connect::{Target, connect, connect_writer, parse_url};
 use read::{PgRead, PgSnapshot};
 pub use schema::drop_schema;
@@ -45,7 +47,7 @@ use schema::{
     SCHEMA_FORMAT, create_missing_derived, read_row, refuse_existing, refuse_standby, schema_sql,
     table,
 };
-use txn::{PgTxn, begin_locked};
+use txn::{Begun, PgTxn, begin_locked};
 
 use super::{Changes, Engine, Keyspace, Read, StorageError, WriteTxn};
 
@@ -94,6 +96,11 @@ pub struct PgEngine {
     /// The write transactions' round trips: begin, reads, writes and commit.
     write_trips: AtomicU64,
     name: String,
+    /// The key whose value tells whether the reads carried from this process's last commit
+    /// still hold ([`PgEngine::carrying_reads`]); none: nothing is carried.
+    version_key: Option<(Keyspace, Vec<u8>)>,
+    /// The reads the last committed write transaction carried to the next (`carry.rs`).
+    carried: Mutex<Option<Carried>>,
 }
 
 impl Drop for PgEngine {
@@ -257,7 +264,23 @@ impl PgEngine {
             reads: AtomicU64::new(0),
             write_trips: AtomicU64::new(0),
             name,
+            version_key: None,
+            carried: Mutex::new(None),
         })
+    }
+
+    /// Carries what each write transaction read and wrote of the derived keyspaces to the
+    /// next one, which uses it when the key `key` of `ks` holds, right after it takes the head
+    /// row's lock, what this process's last commit left there; otherwise it starts with
+    /// nothing carried. The caller promises that every commit changing a derived keyspace
+    /// (any server's, any build's) also gives that key a value it never held before; the
+    /// ledger names its derived head, which every append moves and whose last leaf hash
+    /// commits to every record (module `carry`). At most [`CARRY_ENTRIES`] entries and
+    /// [`CARRY_BYTES`] bytes are carried.
+    #[must_use]
+    pub fn carrying_reads(mut self, ks: Keyspace, key: &[u8]) -> PgEngine {
+        self.version_key = Some((ks, key.to_vec()));
+        self
     }
 
     /// Opens a database to read only, a hot standby as well as the primary (`verify` and
@@ -439,8 +462,19 @@ impl Engine for PgEngine {
             _ => connect_writer(&self.config)?,
         };
         self.write_trips.fetch_add(1, Ordering::Relaxed);
-        let begun = begin_locked(&mut c);
-        let (row, clock) = match begun {
+        // Taken whatever happens: a transaction that does not commit carries nothing on.
+        let carried = self
+            .carried
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let begun = begin_locked(&mut c, self.version_key.as_ref());
+        let Begun {
+            row,
+            clock,
+            epoch,
+            version,
+        } = match begun {
             Ok(x) => x,
             Err(e) => {
                 let _ = c.batch_execute("ROLLBACK");
@@ -459,6 +493,14 @@ impl Engine for PgEngine {
             *slot = Some((c, backend));
             return Err(StorageError::Incompatible(m));
         }
+        let mut seen = Carried::start(
+            carried,
+            version.as_deref().map(|v| version_of(epoch, v)).as_deref(),
+        );
+        if let Some((ks, key)) = &self.version_key {
+            // Read with the lock: the gate's own read of it costs no round trip.
+            seen.insert(*ks, key.clone(), version.clone());
+        }
         Ok(Box::new(PgTxn {
             read: PgRead {
                 engine: self,
@@ -467,7 +509,9 @@ impl Engine for PgEngine {
             },
             backend,
             slot,
-            seen: RefCell::new(HashMap::new()),
+            seen: RefCell::new(seen),
+            version,
+            epoch,
             clock,
         }))
     }

@@ -29,7 +29,8 @@ pub(super) fn table(ks: Keyspace) -> String {
 pub(super) fn schema_sql() -> String {
     let mut sql = String::from(
         "CREATE TABLE hitl_ledger (id int PRIMARY KEY CHECK (id = 1), format text NOT NULL, \
-         origin text NOT NULL, verifier_key text NOT NULL, policy_sha256 text NOT NULL);\n\
+         origin text NOT NULL, verifier_key text NOT NULL, policy_sha256 text NOT NULL, \
+         derived_epoch bigint NOT NULL DEFAULT 0);\n\
          CREATE FUNCTION hitl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
          RAISE EXCEPTION 'hitl-ledger: % is append-only', TG_TABLE_NAME \
          USING ERRCODE = 'insufficient_privilege'; END $$;\n",
@@ -54,9 +55,10 @@ pub(super) fn schema_sql() -> String {
 
 /// Creates the table of every derived keyspace a ledger's database lacks: a database made
 /// by an older build, before that keyspace existed, works once `reindex` has filled it (the
-/// append-only tables are never created here: they exist since `init`). Nothing is done in a
-/// database without a ledger (`hitl_ledger`). Two servers opening at once may both try; the
-/// loser's "already exists" is not an error.
+/// append-only tables are never created here: they exist since `init`). Also adds the ledger
+/// row's `derived_epoch` (`carry.rs`) where an older build's schema lacks it. Nothing is done
+/// in a database without a ledger (`hitl_ledger`). Two servers opening at once may both try;
+/// the loser's "already exists" is not an error.
 pub(super) fn create_missing_derived(c: &mut Client) -> Result<(), StorageError> {
     let has_ledger: bool = c
         .query_one("SELECT to_regclass('hitl_ledger') IS NOT NULL", &[])
@@ -64,6 +66,26 @@ pub(super) fn create_missing_derived(c: &mut Client) -> Result<(), StorageError>
         .get(0);
     if !has_ledger {
         return Ok(());
+    }
+    // The epoch of derived state (`carry.rs`), which a database of an older build lacks.
+    let has_epoch: bool = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'hitl_ledger' \
+             AND column_name = 'derived_epoch')",
+            &[],
+        )
+        .map_err(engine_err("reading the schema"))?
+        .get(0);
+    if !has_epoch
+        && let Err(e) = c.batch_execute(
+            "ALTER TABLE hitl_ledger ADD COLUMN IF NOT EXISTS derived_epoch bigint NOT NULL DEFAULT 0",
+        )
+    {
+        return Err(StorageError::engine(
+            "adding the derived epoch to the ledger's row",
+            describe(&e),
+        ));
     }
     for ks in Keyspace::ALL.iter().filter(|k| !k.append_only()) {
         let t = table(*ks);

@@ -1,9 +1,10 @@
-//! The write transaction: begun with the head row's lock and the clock in one round trip,
-//! its reads cached for its life and asked ahead for a whole batch, its writes sent as one
-//! statement, its commit settled when the connection is lost during `COMMIT`.
+//! The write transaction: begun with the head row's lock, the clock and the version key in one
+//! round trip, its reads cached for its life (and carried to the next transaction while the
+//! version key says nobody else wrote, `carry.rs`) and asked ahead for a whole batch, its
+//! writes sent as one statement, its commit settled when the connection is lost during
+//! `COMMIT`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,31 +12,63 @@ use postgres::Client;
 use postgres::error::SqlState;
 use postgres::types::Type;
 
+use super::carry::{Seen, carry};
 use super::read::PgRead;
 use super::schema::table;
 use super::{Backend, LedgerRow, connection_lost, describe, engine_err, must_retry};
 use crate::clock::Timestamp;
 use crate::storage::{Changes, Durability, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
 
+/// What [`begin_locked`] learns.
+pub(super) struct Begun {
+    /// The ledger's row.
+    pub(super) row: LedgerRow,
+    /// The database's clock (microseconds).
+    pub(super) clock: i64,
+    /// The row's `derived_epoch`, which every commit that clears a keyspace moves.
+    pub(super) epoch: i64,
+    /// The version key's value (`None`: absent, or no version key).
+    pub(super) version: Option<Vec<u8>>,
+}
+
 /// Begins the write transaction, takes the head row's lock and reads the row and the
-/// database's clock, in one round trip: the simple-query protocol carries several statements
-/// in one message (its answers are text, parsed here).
-pub(super) fn begin_locked(c: &mut Client) -> Result<(LedgerRow, i64), StorageError> {
+/// database's clock, then the version key's value, in one round trip: the simple-query
+/// protocol carries several statements in one message (its answers are text, parsed here).
+/// The version key is read by a statement of its own after the lock is held: in `READ
+/// COMMITTED` each statement reads the commits made before it began, so that statement sees
+/// every commit of the writer the lock waited for, which the locking statement's own
+/// snapshot, taken before the wait, may not.
+pub(super) fn begin_locked(
+    c: &mut Client,
+    version_key: Option<&(Keyspace, Vec<u8>)>,
+) -> Result<Begun, StorageError> {
+    let mut sql = String::from(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; \
+         SELECT origin, verifier_key, policy_sha256, \
+         (extract(epoch FROM clock_timestamp()) * 1000000)::int8, derived_epoch \
+         FROM hitl_ledger WHERE id = 1 FOR UPDATE",
+    );
+    if let Some((ks, key)) = version_key {
+        // Hex both ways, whatever the server's `bytea_output`.
+        sql.push_str(&format!(
+            "; SELECT encode(v, 'hex') FROM {} WHERE k = decode('{}', 'hex')",
+            table(*ks),
+            hex::encode(key)
+        ));
+    }
     let messages = c
-        .simple_query(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; \
-             SELECT origin, verifier_key, policy_sha256, \
-             (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
-             FROM hitl_ledger WHERE id = 1 FOR UPDATE",
-        )
+        .simple_query(&sql)
         .map_err(engine_err("beginning a write"))?;
-    let row = messages
-        .iter()
-        .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        })
-        .ok_or_else(|| StorageError::Incompatible("the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)".into()))?;
+    let mut rows = messages.iter().filter_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    });
+    let row = rows.find(|r| r.len() == 5).ok_or_else(|| {
+        StorageError::Incompatible(
+            "the database holds no hitl-ledger ledger (run `hitl-ledger init --database URL` once)"
+                .into(),
+        )
+    })?;
     let text = |i: usize| {
         row.get(i)
             .map(str::to_owned)
@@ -44,18 +77,27 @@ pub(super) fn begin_locked(c: &mut Client) -> Result<(LedgerRow, i64), StorageEr
     let clock = text(3)?
         .parse::<i64>()
         .map_err(|e| StorageError::engine("reading the database's clock", e.to_string()))?;
-    Ok((
-        LedgerRow {
+    let epoch = text(4)?
+        .parse::<i64>()
+        .map_err(|e| StorageError::engine("reading the ledger's row", e.to_string()))?;
+    let version = match rows.find(|r| r.len() == 1).and_then(|r| r.get(0)) {
+        Some(h) => Some(
+            hex::decode(h)
+                .map_err(|e| StorageError::engine("reading the version key", e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(Begun {
+        row: LedgerRow {
             origin: text(0)?,
             verifier_key: text(1)?,
             policy_sha256: text(2)?,
         },
         clock,
-    ))
+        epoch,
+        version,
+    })
 }
-
-/// What a write transaction has read: a keyspace and key, and the value found (or none).
-pub(super) type Seen = HashMap<(Keyspace, Vec<u8>), Option<Vec<u8>>>;
 
 /// The write transaction: this process's writer slot (one at a time in the process) and,
 /// through `FOR UPDATE` on the ledger's row, the one writer across every server.
@@ -63,31 +105,34 @@ pub(super) struct PgTxn<'a> {
     pub(super) read: PgRead<'a>,
     pub(super) backend: Backend,
     pub(super) slot: MutexGuard<'a, Option<(Client, Backend)>>,
-    /// Every key this transaction has read, with what it held (found or not). The head row's
-    /// lock keeps every other writer out until this transaction ends, and its own changes
-    /// reach the database only in `commit`, so a key read once holds the same value for the
-    /// rest of the transaction: read again (the gate reads a thread's head several times per
-    /// record), it costs no round trip. Bounded by what one batch reads.
+    /// Every key this transaction has read, with what it held (found or not), and what the
+    /// previous one carried to it. The head row's lock keeps every other writer out until
+    /// this transaction ends, and its own changes reach the database only in `commit`, so a
+    /// key read once holds the same value for the rest of the transaction: read again (the
+    /// gate reads a thread's head several times per record), it costs no round trip. Bounded
+    /// by what one batch reads plus what is carried (`carry.rs`).
     pub(super) seen: RefCell<Seen>,
+    /// The version key's value when the head row's lock was taken.
+    pub(super) version: Option<Vec<u8>>,
+    /// The ledger row's `derived_epoch` then.
+    pub(super) epoch: i64,
     /// The database's clock when the head row's lock was taken (microseconds).
     pub(super) clock: i64,
 }
 
 impl Read for PgTxn<'_> {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(v) = self.seen.borrow().get(&(ks, key.to_vec())) {
+        if let Some(v) = self.seen.borrow_mut().get(ks, key) {
             return Ok(v.clone());
         }
         let v = self.read.get(ks, key)?;
-        self.seen.borrow_mut().insert((ks, key.to_vec()), v.clone());
+        self.seen.borrow_mut().insert(ks, key.to_vec(), v.clone());
         Ok(v)
     }
     fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         let mut out: Vec<Option<Option<Vec<u8>>>> = {
-            let seen = self.seen.borrow();
-            keys.iter()
-                .map(|k| seen.get(&(ks, k.to_vec())).cloned())
-                .collect()
+            let mut seen = self.seen.borrow_mut();
+            keys.iter().map(|k| seen.get(ks, k).cloned()).collect()
         };
         let missing: Vec<&[u8]> = keys
             .iter()
@@ -103,7 +148,7 @@ impl Read for PgTxn<'_> {
                 let (k, v) = found
                     .next()
                     .ok_or_else(|| StorageError::engine("read", "fewer answers than keys"))?;
-                seen.insert((ks, k.to_vec()), v.clone());
+                seen.insert(ks, k.to_vec(), v.clone());
                 *o = Some(v);
             }
         }
@@ -120,7 +165,7 @@ impl Read for PgTxn<'_> {
                 let mut fresh: Vec<&[u8]> = keys
                     .iter()
                     .map(Vec::as_slice)
-                    .filter(|k| !seen.contains_key(&(*ks, k.to_vec())))
+                    .filter(|k| !seen.knows(*ks, k))
                     .collect();
                 fresh.sort_unstable();
                 fresh.dedup();
@@ -163,7 +208,7 @@ impl Read for PgTxn<'_> {
         let mut seen = self.seen.borrow_mut();
         for (ks, keys) in &parts {
             for k in keys {
-                seen.insert((*ks, k.to_vec()), None);
+                seen.insert(*ks, k.to_vec(), None);
             }
         }
         for row in rows {
@@ -175,10 +220,7 @@ impl Read for PgTxn<'_> {
                 .ok_or_else(|| {
                     StorageError::engine("read ahead", "an answer of no keyspace asked")
                 })?;
-            seen.insert(
-                (ks, row.get::<_, Vec<u8>>(1)),
-                Some(row.get::<_, Vec<u8>>(2)),
-            );
+            seen.insert(ks, row.get::<_, Vec<u8>>(1), Some(row.get::<_, Vec<u8>>(2)));
         }
         Ok(())
     }
@@ -245,6 +287,15 @@ impl WriteTxn for PgTxn<'_> {
         match c.batch_execute("COMMIT") {
             Ok(()) => {
                 *self.slot = Some((c, backend));
+                // Committed as staged: what this transaction knew, brought up to date with its
+                // changes, holds for the next one while the version key is this commit's.
+                *engine.carried.lock().unwrap_or_else(|p| p.into_inner()) = carry(
+                    engine.version_key.as_ref(),
+                    self.epoch,
+                    self.version.as_deref(),
+                    self.seen.take(),
+                    &changes,
+                );
                 Ok(())
             }
             Err(e) if connection_lost(&e) => {
@@ -283,6 +334,16 @@ pub(super) fn write_changes(
             StorageError::engine("write", describe(&e))
         }
     };
+    if !changes.cleared().is_empty() {
+        // What any server carried from before this commit no longer holds, though the head
+        // may end where it was (`reindex`): move the epoch its carried reads are valid under.
+        trips.fetch_add(1, Ordering::Relaxed);
+        c.execute_typed(
+            "UPDATE hitl_ledger SET derived_epoch = derived_epoch + 1 WHERE id = 1",
+            &[],
+        )
+        .map_err(fail)?;
+    }
     for ks in changes.cleared() {
         trips.fetch_add(1, Ordering::Relaxed);
         c.execute_typed(&format!("DELETE FROM {}", table(*ks)), &[])
