@@ -135,6 +135,11 @@ pub(super) fn read_ahead(
     ops: &[(Op, Actor)],
 ) -> crate::error::Result<()> {
     let base: &dyn Read = view.base();
+    if !base.reads_ahead() {
+        // An embedded engine: its reads are cheap, and naming the keys (the second round reads
+        // request states and computes action digests) would be work for nothing.
+        return Ok(());
+    }
     base.prefetch(&first_round(ops).0)
         .map_err(crate::error::Error::from)?;
     let second = second_round(ledger, view, ops)?;

@@ -412,6 +412,12 @@ pub trait Read {
         Ok(())
     }
 
+    /// Whether [`Read::prefetch`] does anything here: when it does not (the default), a caller
+    /// need not work out the keys it would name.
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
     /// The entries from `start` (inclusive) on, in unsigned byte order of their keys.
     fn scan<'a>(&'a self, ks: Keyspace, start: &[u8]) -> Scan<'a>;
 

@@ -154,6 +154,9 @@ impl Read for PgTxn<'_> {
         }
         Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
     }
+    fn reads_ahead(&self) -> bool {
+        true
+    }
     /// Every wanted key not read before, of every keyspace, in one query (a `UNION ALL` of one
     /// `= ANY($n)` select per keyspace): what it finds and what it does not both go into
     /// `seen`, so the gate's later reads of them cost no round trip.
