@@ -385,7 +385,6 @@ fn a_token_scoped_to_some_tenants_does_not_read_the_stores_gauges() {
 /// A ledger on a fresh database of `server` in `dir/a`, with one token per role, and a second
 /// server's data directory `dir/b` copied from it (as an operator makes one).
 fn two_server_dirs(dir: &Path, server: &str) -> BTreeMap<&'static str, String> {
-    use std::os::unix::fs::PermissionsExt;
     let (a, b) = (dir.join("a"), dir.join("b"));
     let url = fresh_database(server);
     let (code, _, err) = run(
@@ -412,18 +411,7 @@ fn two_server_dirs(dir: &Path, server: &str) -> BTreeMap<&'static str, String> {
         let v: Value = serde_json::from_str(&out).unwrap();
         tokens.insert(role, v["token"].as_str().unwrap().to_string());
     }
-    std::fs::create_dir(&b).unwrap();
-    std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for f in [
-        "ledger.json",
-        "signing.key",
-        "redaction.key",
-        "policy.json",
-        "verifier.key",
-        "tokens.json",
-    ] {
-        std::fs::copy(a.join(f), b.join(f)).unwrap();
-    }
+    copy_server_dir(&a, &b);
     tokens
 }
 

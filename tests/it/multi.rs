@@ -50,24 +50,6 @@ fn first_server_dir_at(url: &str) -> (tempfile::TempDir, HashMap<String, String>
     (dir, tokens)
 }
 
-/// Another server's data directory: a copy of the first's files (keys, secret, policy,
-/// tokens, configuration), as an operator makes one.
-fn copy_server_dir(from: &Path, to: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for f in [
-        "ledger.json",
-        "signing.key",
-        "redaction.key",
-        "policy.json",
-        "verifier.key",
-        "tokens.json",
-    ] {
-        std::fs::copy(from.join(f), to.join(f)).unwrap();
-    }
-}
-
 struct Servers {
     children: Vec<Option<Child>>,
     addrs: Vec<SocketAddr>,

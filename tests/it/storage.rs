@@ -450,6 +450,28 @@ fn a_postgresql_batch_costs_a_few_round_trips_whatever_its_size() {
     }
 }
 
+/// A fresh PostgreSQL database with the ledger's schema, its URL, and two engines on it (two
+/// servers) that carry their reads under the version key `meta` `v`; the cluster, if one had
+/// to be started, is dropped last.
+fn carrying_pair() -> (
+    Option<crate::engine::Cluster>,
+    String,
+    hitl_ledger::storage::postgres::PgEngine,
+    hitl_ledger::storage::postgres::PgEngine,
+) {
+    use hitl_ledger::storage::postgres::PgEngine;
+    let (server, cluster) = crate::engine::some_pg_server();
+    let url = crate::engine::fresh_database(&server);
+    PgEngine::create(&url, &pg_row()).unwrap();
+    let carrying = || {
+        PgEngine::open(&url, pg_row())
+            .unwrap()
+            .carrying_reads(Keyspace::Meta, b"v")
+    };
+    let (e, other) = (carrying(), carrying());
+    (cluster, url, e, other)
+}
+
 /// A PostgreSQL writer given a version key carries what its write transaction read and wrote
 /// of the derived keyspaces to its next one (`PgEngine::carrying_reads`), which then reads
 /// those keys without a query, and only while the version key holds what its own last commit
@@ -459,15 +481,7 @@ fn a_postgresql_batch_costs_a_few_round_trips_whatever_its_size() {
 fn a_postgresql_writer_carries_its_reads_only_while_the_version_key_is_its_own() {
     use hitl_ledger::storage::Durability;
     use hitl_ledger::storage::postgres::PgEngine;
-    let (server, _cluster) = crate::engine::some_pg_server();
-    let url = crate::engine::fresh_database(&server);
-    PgEngine::create(&url, &pg_row()).unwrap();
-    let e = PgEngine::open(&url, pg_row())
-        .unwrap()
-        .carrying_reads(Keyspace::Meta, b"v");
-    let other = PgEngine::open(&url, pg_row())
-        .unwrap()
-        .carrying_reads(Keyspace::Meta, b"v");
+    let (_cluster, url, e, other) = carrying_pair();
     let commit = |engine: &PgEngine, puts: &[(Keyspace, &[u8], &[u8])]| {
         let t = engine.begin_write().unwrap();
         let mut c = Changes::new();
@@ -586,24 +600,7 @@ fn a_ledger_on_postgresql_never_acts_on_reads_carried_from_before_another_server
     let a = f.l();
     let b_dir = tempfile::tempdir().unwrap();
     let b_path = b_dir.path().join("b");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::create_dir(&b_path).unwrap();
-        std::fs::set_permissions(&b_path, std::fs::Permissions::from_mode(0o700)).unwrap();
-        for name in [
-            "ledger.json",
-            "signing.key",
-            "redaction.key",
-            "policy.json",
-            "verifier.key",
-            "tokens.json",
-        ] {
-            let from = f.dir.path().join(name);
-            if from.exists() {
-                std::fs::copy(from, b_path.join(name)).unwrap();
-            }
-        }
-    }
+    copy_server_dir(f.dir.path(), &b_path);
     let b = Ledger::open_with(
         &b_path,
         LedgerOptions {
@@ -654,16 +651,7 @@ fn a_ledger_on_postgresql_never_acts_on_reads_carried_from_before_another_server
 #[test]
 fn a_postgresql_writer_that_waited_for_the_lock_sees_the_version_the_holder_committed() {
     use hitl_ledger::storage::Durability;
-    use hitl_ledger::storage::postgres::PgEngine;
-    let (server, _cluster) = crate::engine::some_pg_server();
-    let url = crate::engine::fresh_database(&server);
-    PgEngine::create(&url, &pg_row()).unwrap();
-    let e = PgEngine::open(&url, pg_row())
-        .unwrap()
-        .carrying_reads(Keyspace::Meta, b"v");
-    let other = PgEngine::open(&url, pg_row())
-        .unwrap()
-        .carrying_reads(Keyspace::Meta, b"v");
+    let (_cluster, _, e, other) = carrying_pair();
     let changes = |v: &[u8], a: &[u8]| {
         let mut c = Changes::new();
         c.put(Keyspace::Meta, b"v".to_vec(), v.to_vec());

@@ -488,3 +488,24 @@ pub fn engine_of(dir: &Path) -> Box<dyn hitl_ledger::storage::Engine> {
         }
     }
 }
+
+/// Another server's data directory: a copy of the first's files (keys, secret, policy,
+/// tokens, configuration; those it has: a ledger made by the library has no tokens file), as
+/// an operator makes one.
+pub fn copy_server_dir(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for f in [
+        "ledger.json",
+        "signing.key",
+        "redaction.key",
+        "policy.json",
+        "verifier.key",
+        "tokens.json",
+    ] {
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), to.join(f)).unwrap();
+        }
+    }
+}

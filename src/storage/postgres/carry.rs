@@ -18,8 +18,9 @@
 //! lost, a promoted standby missing that commit holds an older head, or another head for the
 //! same size. Anything else (another epoch or head, no head, a commit whose outcome had to be
 //! resolved, a rolled-back transaction) starts the next transaction with nothing carried. Not
-//! covered: derived rows edited by hand in the database, which a server that keeps writing
-//! alone may not read again; repair derived state with `reindex`, not SQL.
+//! covered: derived rows edited by hand in the database, or rebuilt by the `reindex` of a build
+//! older than the epoch, which a server that keeps writing alone may not read again; repair
+//! derived state with this build's `reindex`, not SQL.
 //!
 //! Only the keyspaces derived from the records are carried ([`Keyspace::DERIVED`]): the
 //! witness data is written without moving the head, and the append-only keyspaces are not

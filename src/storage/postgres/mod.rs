@@ -270,13 +270,14 @@ impl PgEngine {
     }
 
     /// Carries what each write transaction read and wrote of the derived keyspaces to the
-    /// next one, which uses it when the key `key` of `ks` holds, right after it takes the head
-    /// row's lock, what this process's last commit left there; otherwise it starts with
-    /// nothing carried. The caller promises that every commit changing a derived keyspace
-    /// (any server's, any build's) also gives that key a value it never held before; the
-    /// ledger names its derived head, which every append moves and whose last leaf hash
-    /// commits to every record (module `carry`). At most [`CARRY_ENTRIES`] entries and
-    /// [`CARRY_BYTES`] bytes are carried.
+    /// next one, which uses it when, right after it takes the head row's lock, the key `key`
+    /// of `ks` and the row's `derived_epoch` hold what this process's last commit left;
+    /// otherwise it starts with nothing carried. The caller promises that every commit that
+    /// changes a derived keyspace without clearing one (any server's, any build's) gives that
+    /// key a value it never held before; a commit that clears one moves the epoch (this
+    /// engine's `write_changes`). The ledger names its derived head, which every append moves
+    /// and whose last leaf hash commits to every record (module `carry`). At most
+    /// [`CARRY_ENTRIES`] entries and [`CARRY_BYTES`] bytes are carried.
     #[must_use]
     pub fn carrying_reads(mut self, ks: Keyspace, key: &[u8]) -> PgEngine {
         self.version_key = Some((ks, key.to_vec()));
