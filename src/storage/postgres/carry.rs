@@ -49,6 +49,9 @@ pub(super) struct Seen {
     map: HashMap<Slot, (Option<Vec<u8>>, u64)>,
     bytes: usize,
     generation: u64,
+    /// Keys of keyspaces not carried (records, checkpoints, witness data) among `map`: when
+    /// there are none, carrying needs no pass over the whole map to drop them.
+    foreign: usize,
 }
 
 fn size(key: &[u8], value: Option<&Vec<u8>>) -> usize {
@@ -75,8 +78,10 @@ impl Seen {
     pub(super) fn insert(&mut self, ks: Keyspace, key: Vec<u8>, value: Option<Vec<u8>>) {
         let added = size(&key, value.as_ref());
         let key_len = key.len();
-        if let Some((old, _)) = self.map.insert((ks, key), (value, self.generation)) {
-            self.bytes -= key_len + old.as_ref().map_or(0, Vec::len);
+        match self.map.insert((ks, key), (value, self.generation)) {
+            Some((old, _)) => self.bytes -= key_len + old.as_ref().map_or(0, Vec::len),
+            None if !Keyspace::DERIVED.contains(&ks) => self.foreign += 1,
+            None => {}
         }
         self.bytes += added;
     }
@@ -163,8 +168,12 @@ pub(super) fn carry(
             seen.insert(ks, key.to_vec(), value.map(<[u8]>::to_vec));
         }
     }
-    // Only what is derived from the records is carried; drop the rest before counting.
-    seen.retain(|(ks, _), _| Keyspace::DERIVED.contains(ks));
+    // Only what is derived from the records is carried; drop the rest before counting (a
+    // pass over the map only when there is something to drop: this runs under the lock).
+    if seen.foreign > 0 {
+        seen.retain(|(ks, _), _| Keyspace::DERIVED.contains(ks));
+        seen.foreign = 0;
+    }
     let now = seen.generation;
     if seen.len() > CARRY_ENTRIES || seen.bytes() > CARRY_BYTES {
         // The keys the next batch most likely reads again: the head, the policy, the
@@ -228,10 +237,17 @@ mod tests {
         let mut cleared = changes.clone();
         cleared.clear(Keyspace::Requests);
         assert!(carry(Some(&vk()), 0, Some(b"h"), Seen::default(), &cleared).is_none());
-        // The witness data and the records are not carried.
+        // The witness data and the records are not carried, written or read.
         let c = carry(Some(&vk()), 0, Some(b"h"), Seen::default(), &changes).unwrap();
         assert_eq!(c.version, version_of(0, b"h"));
         assert_eq!(c.seen.len(), 0);
+        let mut read = Seen::default();
+        read.insert(Keyspace::Records, b"7".to_vec(), Some(b"leaf".to_vec()));
+        read.insert(Keyspace::Requests, b"r".to_vec(), Some(b"st".to_vec()));
+        let c = carry(Some(&vk()), 0, Some(b"h"), read, &changes).unwrap();
+        assert_eq!(c.seen.len(), 1);
+        assert!(c.seen.knows(Keyspace::Requests, b"r"));
+        assert_eq!(c.seen.bytes(), 1 + 2);
     }
 
     #[test]
