@@ -6,47 +6,98 @@
 
 use std::sync::mpsc::Receiver;
 
-use super::scratch::Scratch;
-use super::spill::ScratchSpill;
+use super::runs::{Runs, SpillRuns};
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
 use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
-use crate::storage::{Durability, Engine, Keyspace, Read};
+use crate::storage::{Changes, Entry, Keyspace, Read, StorageError};
 use crate::verify::spill::SPILL_AT;
 use crate::verify::{
     ChainCheck, Checked, Problem, ProblemCode, VerifyReport, compare_index, sort_problems,
 };
 
-/// Records derived into the scratch engine per commit (bounds memory).
-const FLUSH_EVERY: usize = 4096;
+/// How much a whole-ledger check keeps in memory before it writes to its sorted runs
+/// ([`super::runs`]). The findings do not depend on it; the tests set every bound to almost
+/// nothing to hold that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The approval-rule replay's entries in memory ([`crate::verify::spill`]).
+    pub replay_entries: usize,
+    /// Bytes of the replay's spilled entries kept in its store's table before a run.
+    pub replay_bytes: usize,
+    /// Re-derived entries (distinct keys) staged in memory before they are written as a run.
+    pub derived_entries: usize,
+    /// Records derived per batch (the `View` the derivation stages in).
+    pub derive_batch: usize,
+}
+
+impl Bounds {
+    /// What `verify` runs with: a few MiB of replay state, 2^18 staged derived entries
+    /// (docs/performance.md: memory and runs at 1M and 2M records), batches of 4,096
+    /// records.
+    pub const DEFAULT: Bounds = Bounds {
+        replay_entries: SPILL_AT,
+        replay_bytes: 16 << 20,
+        derived_entries: 1 << 18,
+        derive_batch: 4096,
+    };
+
+    /// Every bound at almost nothing: the replay spills past `at` entries, both stores write
+    /// a run after every batch, and a batch is `16 × at` records. What the tests run to reach
+    /// every run, merge and lookup path on small ledgers.
+    pub fn tiny(at: usize) -> Bounds {
+        Bounds {
+            replay_entries: at,
+            replay_bytes: 0,
+            derived_entries: 0,
+            derive_batch: 16 * at.max(1),
+        }
+    }
+}
+
+/// The keyspaces [`index::apply`] reads while deriving (their keys go into the runs' Bloom
+/// filters; the others are only written).
+const LOOKED_UP: [Keyspace; 7] = [
+    Keyspace::Meta,
+    Keyspace::Nodes,
+    Keyspace::ThreadHeads,
+    Keyspace::Requests,
+    Keyspace::Facts,
+    Keyspace::Denials,
+    Keyspace::Grants,
+];
 
 /// Checks the whole ledger: every leaf hash, `seq`, `prev`, `ts` order, the thread chains,
 /// every stored checkpoint's signature and root, records beyond the latest checkpoint, the
 /// approval rules, the derived indexes against the records, and (with `trusted`) consistency
 /// with a checkpoint kept elsewhere. `progress(done, total)` is called after each chunk.
 ///
-/// Two stages run at once: this thread reads the records and checks them (leaves hashed and
-/// read on every core, see [`ChainCheck::feed`]) while a second derives the indexes from the
-/// checked records into the scratch database. The report is exactly the one of
-/// [`super::reference::verify`], which does the same one step after the other.
+/// One ordered scan of the records, two stages at once: this thread reads the records and
+/// checks them (leaves hashed and read on every core, see [`ChainCheck::feed`]) while a
+/// second derives the indexes from the checked records into sorted runs ([`super::runs`]:
+/// what one `View` stages, written out past a bound; no database), merged at the end and compared
+/// with the stored keyspaces entry by entry. The report is exactly the one of
+/// [`super::reference::verify`], which derives into a scratch database one step after the
+/// other.
 ///
 /// The approval-rule replay keeps at most [`SPILL_AT`] of its entries in memory and the rest
-/// in a scratch store ([`crate::verify::spill`]), so its memory does not grow with the ledger.
+/// in sorted runs of its own, so neither stage's memory grows with the ledger.
 ///
 /// # Errors
-/// Storage errors only; everything wrong with the data is a [`Problem`].
+/// Storage errors only (the ledger's, or the runs' files'); everything wrong with the data is
+/// a [`Problem`].
 pub fn verify(
     ledger: &Ledger,
     trusted: Option<&[u8]>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<VerifyReport> {
-    verify_spilling_at(ledger, trusted, progress, SPILL_AT)
+    verify_bounded(ledger, trusted, progress, Bounds::DEFAULT)
 }
 
-/// [`verify`], the rule replay spilling past `spill_at` entries in memory (the tests spill
-/// after every few, to hold the findings equal to the replay that keeps everything).
+/// [`verify`] with every bound at almost nothing ([`Bounds::tiny`]): the tests hold its
+/// findings equal to [`verify`]'s.
 ///
 /// # Errors
 /// As [`verify`].
@@ -56,22 +107,40 @@ pub fn verify_spilling_at(
     progress: &mut dyn FnMut(u64, u64),
     spill_at: usize,
 ) -> Result<VerifyReport> {
+    verify_bounded(ledger, trusted, progress, Bounds::tiny(spill_at))
+}
+
+/// [`verify`] within `bounds`.
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_bounded(
+    ledger: &Ledger,
+    trusted: Option<&[u8]>,
+    progress: &mut dyn FnMut(u64, u64),
+    bounds: Bounds,
+) -> Result<VerifyReport> {
     let snap = ledger.engine().snapshot()?;
     let checkpoints = index::checkpoints(&*snap)?;
     let mut check = ChainCheck::new(ledger.origin(), &ledger.verifier(), &checkpoints);
     let total = index::record_count(&*snap).unwrap_or(0);
+    let folder = |name: &str| ledger.dir().map(|d| d.join(name));
     check.spill_to(
-        Box::new(ScratchSpill::create(ledger, "verify-replay")?),
-        spill_at,
+        Box::new(SpillRuns::new(
+            folder("verify-replay"),
+            bounds.replay_bytes,
+        )?),
+        bounds.replay_entries,
     );
     check.reserve(total);
-    // The indexes are derived into a scratch database, committed every FLUSH_EVERY records,
-    // so verifying holds O(chunk) in memory whatever the ledger's size.
-    let scratch = Scratch::create(ledger, "verify-scratch")?;
-    let derive_error = std::thread::scope(|s| -> Result<Option<Problem>> {
+    let derived = Runs::new(folder("verify-derived"), &LOOKED_UP)?;
+    // The store moves to the deriving thread and comes back with what it derived.
+    let (derived, derive_error, staged) = std::thread::scope(|s| -> Result<_> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Checked>>(IN_FLIGHT);
-        let engine = scratch.engine();
-        let deriver = s.spawn(move || derive(engine, &rx));
+        let deriver = s.spawn(move || {
+            let outcome = derive(&derived, &rx, bounds);
+            outcome.map(|(problem, staged)| (derived, problem, staged))
+        });
         let fed = (|| -> Result<()> {
             let mut records = index::records(&*snap);
             let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
@@ -109,13 +178,13 @@ pub fn verify_spilling_at(
     match derive_error {
         Some(p) => problems.push(p),
         None => {
-            let derived = scratch.engine().snapshot()?;
+            let mut merged = derived.into_merged(staged);
+            let mut entries = merged.entries()?.peekable();
             for ks in Keyspace::DERIVED {
-                problems.extend(compare_keyspace(&*snap, &*derived, ks)?);
+                problems.extend(compare_merged(&*snap, ks, &mut entries)?);
             }
         }
     }
-    drop(scratch);
     sort_problems(&mut problems);
     Ok(VerifyReport {
         records: n,
@@ -130,78 +199,106 @@ const CHUNK: usize = 2048;
 /// Checked chunks waiting for the deriver (bounds memory when deriving is the slower stage).
 const IN_FLIGHT: usize = 2;
 
-/// Derives the indexes from the checked records, in seq order, into `engine`, committing every
-/// [`FLUSH_EVERY`] records. Returns the problem of the first record that cannot be indexed
-/// (nothing after it is derived), `None` when every record was.
-fn derive(engine: &dyn Engine, rx: &Receiver<Vec<Checked>>) -> Result<Option<Problem>> {
+/// Derives the indexes from the checked records, in seq order, through one `View` over
+/// `store`: after each batch of `bounds.derive_batch` records its undo log is dropped, and
+/// once it stages more than `bounds.derived_entries` keys they are written out as a run.
+/// Returns the problem of the first record that cannot be indexed (nothing after it is
+/// derived), `None` when every record was, and what is still staged.
+fn derive(
+    store: &Runs,
+    rx: &Receiver<Vec<Checked>>,
+    bounds: Bounds,
+) -> Result<(Option<Problem>, Changes)> {
+    let batch = bounds.derive_batch.max(1);
     let mut derive_error: Option<Problem> = None;
     // The head's size after the records applied so far (the seq the next one must have).
     let mut next = 0u64;
+    let mut pending = Vec::new().into_iter();
+    let mut derived = View::new(store);
     let mut exhausted = false;
     while !exhausted {
-        let txn = engine.begin_write()?;
-        let changes = {
-            let mut derived = View::new(&*txn);
-            let mut fed = 0usize;
-            while fed < FLUSH_EVERY {
-                let Ok(checked) = rx.recv() else {
-                    exhausted = true;
-                    break;
-                };
-                fed += checked.len();
-                for (seq, hash, rec) in checked {
-                    if derive_error.is_some() {
+        let mut fed = 0usize;
+        while fed < batch {
+            let Some((seq, hash, rec)) = pending.next() else {
+                match rx.recv() {
+                    Ok(chunk) => {
+                        pending = chunk.into_iter();
                         continue;
                     }
-                    let applied = match rec {
-                        Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
-                        _ => Err(Error::corrupt_at(
-                            seq,
-                            format!("record {seq} cannot be indexed"),
-                        )),
-                    };
-                    match applied {
-                        Ok(()) => next = seq + 1,
-                        Err(e) => {
-                            derive_error = Some(Problem::at(
-                                ProblemCode::Index,
-                                seq,
-                                format!(
-                                    "the indexes cannot be derived past record {seq}: {}",
-                                    e.message()
-                                ),
-                            ));
-                        }
+                    Err(_) => {
+                        exhausted = true;
+                        break;
                     }
                 }
+            };
+            fed += 1;
+            if derive_error.is_some() {
+                continue;
             }
-            derived.take()
-        };
-        txn.commit(changes, Durability::Buffered)?;
+            let applied = match rec {
+                Some(r) if seq == next => index::apply(&mut derived, seq, &hash, &r),
+                _ => Err(Error::corrupt_at(
+                    seq,
+                    format!("record {seq} cannot be indexed"),
+                )),
+            };
+            match applied {
+                Ok(()) => next = seq + 1,
+                Err(e) => {
+                    derive_error = Some(Problem::at(
+                        ProblemCode::Index,
+                        seq,
+                        format!(
+                            "the indexes cannot be derived past record {seq}: {}",
+                            e.message()
+                        ),
+                    ));
+                }
+            }
+        }
+        derived.forget_undo();
+        if derived.len() > bounds.derived_entries {
+            store.write(derived.take())?;
+        }
     }
-    Ok(derive_error)
+    Ok((derive_error, derived.take()))
 }
 
-/// The first difference between the stored and the derived entries of one keyspace.
-pub(super) fn compare_keyspace(
+/// The first difference between the stored entries of `ks` and the re-derived ones, read from
+/// `derived` (every keyspace's entries in order; those of earlier keyspaces that a difference
+/// left unread are skipped first).
+fn compare_merged<I>(
     stored: &dyn Read,
-    derived: &dyn Read,
     ks: Keyspace,
-) -> Result<Option<Problem>> {
+    derived: &mut std::iter::Peekable<I>,
+) -> Result<Option<Problem>>
+where
+    I: Iterator<Item = std::result::Result<(Keyspace, Entry), StorageError>>,
+{
+    while let Some(Ok((earlier, _))) = derived.peek() {
+        if *earlier >= ks {
+            break;
+        }
+        derived.next();
+    }
     let failed = std::cell::RefCell::new(None);
-    let owned = |r: Result<(Vec<u8>, Vec<u8>), crate::storage::StorageError>| match r {
-        Ok(e) => Some(e),
-        Err(e) => {
-            failed.borrow_mut().get_or_insert(e);
+    let fail = |e: StorageError| {
+        failed.borrow_mut().get_or_insert(e);
+    };
+    let stored_entries = stored.scan(ks, &[]).map_while(|r| r.map_err(fail).ok());
+    let derived_entries = std::iter::from_fn(|| match derived.peek()? {
+        Ok((eks, _)) if *eks == ks => derived.next()?.ok().map(|(_, e)| e),
+        Ok(_) => None,
+        Err(_) => {
+            if let Some(Err(e)) = derived.next() {
+                fail(e);
+            }
             None
         }
-    };
-    let found = compare_index(
-        ks.name(),
-        stored.scan(ks, &[]).map_while(owned),
-        derived.scan(ks, &[]).map_while(owned),
-        |k, v| index::seq_named(ks, k, v),
-    );
+    });
+    let found = compare_index(ks.name(), stored_entries, derived_entries, |k, v| {
+        index::seq_named(ks, k, v)
+    });
     if let Some(e) = failed.into_inner() {
         return Err(e.into());
     }

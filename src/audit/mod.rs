@@ -4,6 +4,6 @@
 
 pub mod fsck;
 pub mod reference;
+mod runs;
 mod scratch;
-mod spill;
 pub mod views;

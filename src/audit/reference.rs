@@ -10,7 +10,8 @@ use crate::format::merkle;
 use crate::format::record::Record;
 use crate::index::{self, View};
 use crate::ledger::Ledger;
-use crate::storage::{Durability, Keyspace};
+use crate::storage::{Durability, Keyspace, Read};
+use crate::verify::compare_index;
 use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, sort_problems};
 
 /// Records derived into the scratch engine per commit (bounds memory).
@@ -103,7 +104,7 @@ pub fn verify(
         None => {
             let derived = scratch.engine().snapshot()?;
             for ks in Keyspace::DERIVED {
-                problems.extend(super::fsck::compare_keyspace(&*snap, &*derived, ks)?);
+                problems.extend(compare_keyspace(&*snap, &*derived, ks)?);
             }
         }
     }
@@ -114,4 +115,30 @@ pub fn verify(
         checkpoints: checkpoints.len(),
         problems,
     })
+}
+
+/// The first difference between the stored and the derived entries of one keyspace.
+fn compare_keyspace(
+    stored: &dyn Read,
+    derived: &dyn Read,
+    ks: Keyspace,
+) -> Result<Option<Problem>> {
+    let failed = std::cell::RefCell::new(None);
+    let owned = |r: std::result::Result<(Vec<u8>, Vec<u8>), crate::storage::StorageError>| match r {
+        Ok(e) => Some(e),
+        Err(e) => {
+            failed.borrow_mut().get_or_insert(e);
+            None
+        }
+    };
+    let found = compare_index(
+        ks.name(),
+        stored.scan(ks, &[]).map_while(owned),
+        derived.scan(ks, &[]).map_while(owned),
+        |k, v| index::seq_named(ks, k, v),
+    );
+    if let Some(e) = failed.into_inner() {
+        return Err(e.into());
+    }
+    Ok(found)
 }

@@ -172,6 +172,13 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Drops the undo log: nothing staged so far can be rolled back any more. A view that
+    /// lives across many batches (`verify`'s derivation) calls it after each, so the log does
+    /// not grow with what it stages.
+    pub fn forget_undo(&mut self) {
+        self.undo.clear();
+    }
+
     /// True when nothing is staged.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
@@ -189,11 +196,15 @@ impl<'a> View<'a> {
         let mut ops = Vec::with_capacity(slots.len());
         for (n, map) in self.keys.iter_mut().enumerate() {
             let ks = Keyspace::ALL[n];
+            let start = ops.len();
             for (k, i) in map.drain() {
                 ops.push((ks, k, slots[i].take()));
             }
+            // A map's keys are distinct: sorting them alone, keyspace by keyspace (in
+            // keyspace order), gives the changes' order without comparing keyspaces.
+            ops[start..].sort_unstable_by(|a, b| a.1.cmp(&b.1));
         }
-        Changes::from_staged(ops)
+        Changes::from_sorted(ops)
     }
 
     /// The state the view reads through.

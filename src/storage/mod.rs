@@ -278,6 +278,23 @@ impl Changes {
         }
     }
 
+    /// The changes of puts and deletes already in keyspace and key order, one per key (a
+    /// `View`'s staging, sorted per keyspace).
+    ///
+    /// # Panics
+    /// In a debug build, when they are not strictly in order.
+    pub fn from_sorted(ops: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)>) -> Changes {
+        debug_assert!(
+            ops.windows(2)
+                .all(|w| (w[0].0, &w[0].1) < (w[1].0, &w[1].1)),
+            "changes given as sorted are not"
+        );
+        Changes {
+            cleared: Vec::new(),
+            ops,
+        }
+    }
+
     fn position(&self, ks: Keyspace, key: &[u8]) -> std::result::Result<usize, usize> {
         self.ops
             .binary_search_by(|(k, kk, _)| (*k, kk.as_slice()).cmp(&(ks, key)))
@@ -328,6 +345,12 @@ impl Changes {
         self.ops
             .iter()
             .map(|(ks, k, v)| (*ks, k.as_slice(), v.as_deref()))
+    }
+
+    /// Every put (`Some`) and delete (`None`), in keyspace and key order, owned (the
+    /// keyspaces cleared are not among them: see [`Changes::cleared`]).
+    pub fn into_ops(self) -> impl Iterator<Item = (Keyspace, Vec<u8>, Option<Vec<u8>>)> {
+        self.ops.into_iter()
     }
 
     /// Number of puts and deletes.

@@ -45,21 +45,16 @@ mod budget {
     pub const INDEX_BUFFER: usize = 8 << 20;
     /// The block cache, shared by every column family, holding index and filter blocks too.
     pub const BLOCK_CACHE: usize = 32 << 20;
-    /// A scratch database's budget ([`super::RocksEngine::open_scratch`]): all memtables, one
-    /// memtable, the block cache (its Bloom filters and indexes are pinned outside it).
-    pub const SCRATCH: (usize, usize, usize) = (64 << 20, 32 << 20, 8 << 20);
 }
 
 /// What a database may hold in memory: all memtables, one memtable of the records keyspace and
-/// of a derived one, the block cache; and whether it is a scratch database of one check (Bloom
-/// filters, for it is looked up mostly for keys it lacks; no compaction).
+/// of a derived one, the block cache.
 #[derive(Clone, Copy)]
 struct Profile {
     write_buffers: usize,
     records_buffer: usize,
     index_buffer: usize,
     block_cache: usize,
-    scratch: bool,
 }
 
 /// The ledger's own database.
@@ -68,16 +63,6 @@ const LEDGER: Profile = Profile {
     records_buffer: budget::RECORDS_BUFFER,
     index_buffer: budget::INDEX_BUFFER,
     block_cache: budget::BLOCK_CACHE,
-    scratch: false,
-};
-
-/// A scratch database of one check, never synced.
-const SCRATCH: Profile = Profile {
-    write_buffers: budget::SCRATCH.0,
-    records_buffer: budget::SCRATCH.1,
-    index_buffer: budget::SCRATCH.1,
-    block_cache: budget::SCRATCH.2,
-    scratch: true,
 };
 
 fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache, p: Profile) -> Options {
@@ -93,17 +78,6 @@ fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache, p: Profile) -> Options 
     });
     o.set_max_write_buffer_number(2);
     let mut table = rocksdb::BlockBasedOptions::default();
-    if p.scratch {
-        table.set_bloom_filter(10.0, false);
-        // A scratch database lives for one check: its tables are never compacted (lookups
-        // ask each table's Bloom filter, pinned in memory), so the check pays for each entry
-        // written once. Measured in docs/performance.md ("Memory").
-        o.set_disable_auto_compactions(true);
-        o.set_level_zero_slowdown_writes_trigger(1 << 20);
-        o.set_level_zero_stop_writes_trigger(1 << 20);
-        o.set_soft_pending_compaction_bytes_limit(0);
-        o.set_hard_pending_compaction_bytes_limit(0);
-    }
     table.set_block_cache(cache);
     table.set_cache_index_and_filter_blocks(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
@@ -123,27 +97,6 @@ impl RocksEngine {
     /// error saying so.
     pub fn open(path: &Path, create: bool) -> Result<RocksEngine, StorageError> {
         RocksEngine::open_profile(path, create, LEDGER)
-    }
-
-    /// Creates a scratch database at `path` for one check (a smaller block cache, Bloom
-    /// filters for lookups of absent keys, no compaction), which its user removes afterwards.
-    ///
-    /// # Errors
-    /// [`StorageError::Engine`].
-    pub fn open_scratch(path: &Path) -> Result<RocksEngine, StorageError> {
-        RocksEngine::open_profile(path, true, SCRATCH)
-    }
-
-    /// The latest value of `key`, outside any snapshot (a scratch database's one user reads
-    /// what it wrote).
-    ///
-    /// # Errors
-    /// [`StorageError::Engine`].
-    pub fn get_latest(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        self.count();
-        self.db
-            .get_cf(self.cf(ks), key)
-            .map_err(engine_err("reading"))
     }
 
     fn open_profile(path: &Path, create: bool, p: Profile) -> Result<RocksEngine, StorageError> {
