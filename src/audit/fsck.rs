@@ -29,18 +29,23 @@ pub struct Bounds {
     pub replay_bytes: usize,
     /// Re-derived entries (distinct keys) staged in memory before they are written as a run.
     pub derived_entries: usize,
+    /// Bytes staged in memory before they are written as a run, whichever bound is passed
+    /// first (a record's values may be large: a request's state holds its approvals).
+    pub derived_bytes: usize,
     /// Records derived per batch (the `View` the derivation stages in).
     pub derive_batch: usize,
 }
 
 impl Bounds {
-    /// What `verify` runs with: a few MiB of replay state, 2^18 staged derived entries
+    /// What `verify` runs with: a few MiB of replay state, 2^18 staged derived entries or
+    /// 64 MiB of them, whichever comes first
     /// (docs/performance.md: memory and runs at 1M and 2M records), batches of 4,096
     /// records.
     pub const DEFAULT: Bounds = Bounds {
         replay_entries: SPILL_AT,
         replay_bytes: 16 << 20,
         derived_entries: 1 << 18,
+        derived_bytes: 64 << 20,
         derive_batch: 4096,
     };
 
@@ -52,6 +57,7 @@ impl Bounds {
             replay_entries: at,
             replay_bytes: 0,
             derived_entries: 0,
+            derived_bytes: 0,
             derive_batch: 16 * at.max(1),
         }
     }
@@ -83,7 +89,8 @@ const LOOKED_UP: [Keyspace; 7] = [
 /// other.
 ///
 /// The approval-rule replay keeps at most [`SPILL_AT`] of its entries in memory and the rest
-/// in sorted runs of its own, so neither stage's memory grows with the ledger.
+/// in sorted runs of its own, so neither stage's memory grows with the ledger beyond each
+/// run's block index and Bloom filter (a few bytes per entry written).
 ///
 /// # Errors
 /// Storage errors only (the ledger's, or the runs' files'); everything wrong with the data is
@@ -134,6 +141,10 @@ pub fn verify_bounded(
     );
     check.reserve(total);
     let derived = Runs::new(folder("verify-derived"), &LOOKED_UP)?;
+    if let Some(dir) = ledger.dir() {
+        // What an older build's `verify` that died left: its scratch database.
+        let _ = std::fs::remove_dir_all(dir.join("verify-scratch"));
+    }
     // The store moves to the deriving thread and comes back with what it derived.
     let (derived, derive_error, staged) = std::thread::scope(|s| -> Result<_> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Checked>>(IN_FLIGHT);
@@ -178,7 +189,7 @@ pub fn verify_bounded(
     match derive_error {
         Some(p) => problems.push(p),
         None => {
-            let mut merged = derived.into_merged(staged);
+            let mut merged = derived.into_merged(staged)?;
             let mut entries = merged.entries()?.peekable();
             for ks in Keyspace::DERIVED {
                 problems.extend(compare_merged(&*snap, ks, &mut entries)?);
@@ -201,7 +212,8 @@ const IN_FLIGHT: usize = 2;
 
 /// Derives the indexes from the checked records, in seq order, through one `View` over
 /// `store`: after each batch of `bounds.derive_batch` records its undo log is dropped, and
-/// once it stages more than `bounds.derived_entries` keys they are written out as a run.
+/// once it stages more than `bounds.derived_entries` keys or `bounds.derived_bytes` bytes
+/// they are written out as a run.
 /// Returns the problem of the first record that cannot be indexed (nothing after it is
 /// derived), `None` when every record was, and what is still staged.
 fn derive(
@@ -257,12 +269,22 @@ fn derive(
             }
         }
         derived.forget_undo();
-        if derived.len() > bounds.derived_entries {
+        if derived.len() > bounds.derived_entries || derived.staged_bytes() > bounds.derived_bytes {
             store.write(derived.take())?;
         }
     }
     Ok((derive_error, derived.take()))
 }
+
+/// [`compare_merged`] walks the merged entries once, keyspace by keyspace, so the derived
+/// keyspaces must be listed in the merge's order (the keyspace's byte).
+const _: () = {
+    let mut i = 1;
+    while i < Keyspace::DERIVED.len() {
+        assert!((Keyspace::DERIVED[i - 1] as u8) < (Keyspace::DERIVED[i] as u8));
+        i += 1;
+    }
+};
 
 /// The first difference between the stored entries of `ks` and the re-derived ones, read from
 /// `derived` (every keyspace's entries in order; those of earlier keyspaces that a difference

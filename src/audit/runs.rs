@@ -171,20 +171,37 @@ fn checksum(bytes: &[u8]) -> u64 {
     h ^ (h >> 31)
 }
 
-/// Appends one entry's encoding: keyspace byte, key length (u32, big-endian as every stored integer), key, 1 and value length
-/// and value for a put or 0 for a tombstone.
-fn encode_entry(out: &mut Vec<u8>, ks: Keyspace, key: &[u8], value: Option<&[u8]>) {
+/// Appends one entry's encoding: keyspace byte, key length (u32, big-endian as every stored
+/// integer), key, 1 and value length and value for a put or 0 for a tombstone.
+///
+/// # Errors
+/// A key or value of 4 GiB or more (no record gives one; refused rather than cut).
+fn encode_entry(
+    out: &mut Vec<u8>,
+    ks: Keyspace,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(), StorageError> {
+    let len = |b: &[u8]| {
+        u32::try_from(b.len()).map_err(|_| {
+            corrupt(
+                "writing a sorted run",
+                format!("an entry of {} bytes, past 4 GiB", b.len()),
+            )
+        })
+    };
     out.push(ks as u8);
-    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(&len(key)?.to_be_bytes());
     out.extend_from_slice(key);
     match value {
         None => out.push(0),
         Some(v) => {
             out.push(1);
-            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            out.extend_from_slice(&len(v)?.to_be_bytes());
             out.extend_from_slice(v);
         }
     }
+    Ok(())
 }
 
 /// Decodes the entry at `*pos` of a block, borrowed from it, and moves `*pos` past it:
@@ -364,7 +381,7 @@ impl RunWriter {
             self.run.bloom.insert(key_hash(ks, key));
             self.run.bloomed_keys += 1;
         }
-        encode_entry(&mut self.out, ks, key, value);
+        encode_entry(&mut self.out, ks, key, value)?;
         if self.out.len() >= BLOCK {
             self.end_block()?;
         }
@@ -579,14 +596,20 @@ fn take_folder(d: &std::path::Path) -> Result<std::fs::File, StorageError> {
         .truncate(false)
         .open(&path)
         .map_err(|e| corrupt("locking the sorted runs' folder", e))?;
-    if file.try_lock().is_err() {
-        return Err(corrupt(
-            "locking the sorted runs' folder",
-            format!(
-                "{} is in use by another check of this data directory; run one at a time",
-                d.display()
-            ),
-        ));
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(corrupt(
+                "locking the sorted runs' folder",
+                format!(
+                    "{} is in use by another check of this data directory; run one at a time",
+                    d.display()
+                ),
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(corrupt("locking the sorted runs' folder", e));
+        }
     }
     let _ = std::fs::remove_dir_all(d);
     std::fs::create_dir_all(d).map_err(|e| corrupt("making the sorted runs' folder", e))?;
@@ -652,6 +675,7 @@ impl Runs {
     /// # Errors
     /// The run cannot be written (or a merge read).
     pub fn write(&self, changes: Changes) -> Result<(), StorageError> {
+        refuse_cleared(&changes)?;
         if changes.is_empty() {
             return Ok(());
         }
@@ -724,11 +748,28 @@ impl Runs {
     /// Every live entry (tombstones dropped) of the runs and of `newest` (changes newer than
     /// every run), in (keyspace, key) order, the store consumed (its files are removed when
     /// the result is dropped).
-    pub fn into_merged(self, newest: Changes) -> Merged {
-        Merged {
+    ///
+    /// # Errors
+    /// `newest` clears a keyspace (see [`Runs::write`]).
+    pub fn into_merged(self, newest: Changes) -> Result<Merged, StorageError> {
+        refuse_cleared(&newest)?;
+        Ok(Merged {
             store: self,
             newest: Some(newest),
-        }
+        })
+    }
+}
+
+/// Runs hold puts and deletes, not "everything older is gone": a batch that clears a
+/// keyspace would leave the older runs' keys visible, so it is refused (a `View` never
+/// clears; only `reindex` does, on an engine).
+fn refuse_cleared(changes: &Changes) -> Result<(), StorageError> {
+    match changes.cleared().first() {
+        None => Ok(()),
+        Some(ks) => Err(corrupt(
+            "writing a sorted run",
+            format!("a batch that clears {} (runs cannot clear)", ks.name()),
+        )),
     }
 }
 
@@ -840,6 +881,10 @@ pub struct SpillRuns {
     bound: usize,
 }
 
+fn failed(e: &StorageError) -> String {
+    format!("the rule replay's spill store: {e}")
+}
+
 /// The keyspace the rule replay's entries are kept under in its own store.
 pub const SPILL_SPACE: Keyspace = Keyspace::Meta;
 
@@ -864,7 +909,7 @@ impl SpillStore for SpillRuns {
         if let Some(v) = self.table.get(key) {
             return Ok(Some(v.clone()));
         }
-        Read::get(&self.runs, SPILL_SPACE, key).map_err(|e| e.to_string())
+        Read::get(&self.runs, SPILL_SPACE, key).map_err(|e| failed(&e))
     }
 
     fn put(&mut self, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
@@ -890,7 +935,7 @@ impl SpillStore for SpillRuns {
             self.bytes = 0;
             self.runs
                 .write(Changes::from_staged(ops))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(&e))?;
         }
         Ok(())
     }
@@ -1001,7 +1046,7 @@ mod tests {
             }
             let staged = view.take();
             drop(view);
-            let mut merged = runs.into_merged(staged);
+            let mut merged = runs.into_merged(staged).unwrap();
             let all: Vec<(Keyspace, Entry)> = merged.entries().unwrap().map(Result::unwrap).collect();
             let expected: Vec<(Keyspace, Entry)> =
                 oracle.into_iter().map(|((ks, k), v)| (ks, (k, v))).collect();
@@ -1053,7 +1098,7 @@ mod tests {
             .filter(|i| Read::get(&runs, Keyspace::Requests, &i.to_be_bytes()).is_err())
             .count();
         assert!(failed > 0, "no read failed");
-        let mut merged = runs.into_merged(Changes::new());
+        let mut merged = runs.into_merged(Changes::new()).unwrap();
         assert!(merged.entries().is_err() || merged.entries().unwrap().any(|e| e.is_err()));
     }
 
@@ -1074,6 +1119,18 @@ mod tests {
         );
         drop(first);
         Runs::new(Some(path), &[]).unwrap();
+    }
+
+    #[test]
+    fn a_batch_that_clears_a_keyspace_is_refused() {
+        let (_dir, runs) = store(false);
+        let mut c = Changes::new();
+        c.put(Keyspace::Meta, b"k".to_vec(), b"v".to_vec());
+        runs.write(c).unwrap();
+        let mut clear = Changes::new();
+        clear.clear(Keyspace::Meta);
+        assert!(runs.write(clear.clone()).is_err());
+        assert!(runs.into_merged(clear).is_err());
     }
 
     #[test]

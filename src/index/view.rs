@@ -44,6 +44,9 @@ pub struct View<'a> {
     /// The staged value of each slot.
     slots: Vec<Staged>,
     undo: Vec<Undo>,
+    /// Bytes of keys and values staged since the last take, counted when staged (a value
+    /// replaced, grown or rolled back is not taken off): an upper bound of what the view holds.
+    staged_bytes: usize,
 }
 
 impl<'a> View<'a> {
@@ -54,6 +57,7 @@ impl<'a> View<'a> {
             keys: std::array::from_fn(|_| HashMap::new()),
             slots: Vec::new(),
             undo: Vec::new(),
+            staged_bytes: 0,
         }
     }
 
@@ -69,6 +73,7 @@ impl<'a> View<'a> {
     }
 
     fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {
+        self.staged_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
         let map = &mut self.keys[ks_index(ks)];
         if let Some(&i) = map.get(key.as_slice()) {
             let old = std::mem::replace(&mut self.slots[i], value);
@@ -103,6 +108,7 @@ impl<'a> View<'a> {
     /// A storage error reading the base.
     pub fn append(&mut self, ks: Keyspace, key: &[u8], bytes: &[u8]) -> Result<&[u8]> {
         let i = self.slot_of(ks, key)?;
+        self.staged_bytes += bytes.len();
         match &mut self.slots[i] {
             Some(v) => {
                 self.undo.push(Undo::Truncated(i, v.len()));
@@ -129,7 +135,9 @@ impl<'a> View<'a> {
     ) -> Result<R> {
         let i = self.slot_of(ks, key)?;
         self.undo.push(Undo::Was(i, self.slots[i].clone()));
-        Ok(f(&mut self.slots[i]))
+        let r = f(&mut self.slots[i]);
+        self.staged_bytes += key.len() + self.slots[i].as_ref().map_or(0, Vec::len);
+        Ok(r)
     }
 
     /// Stages a put.
@@ -189,9 +197,16 @@ impl<'a> View<'a> {
         self.slots.len()
     }
 
+    /// Bytes of keys and values staged since the view was made or last taken: every put,
+    /// append and update counted when made, none taken off, so at least what the view holds.
+    pub fn staged_bytes(&self) -> usize {
+        self.staged_bytes
+    }
+
     /// Takes the staged writes as the changes of one commit, leaving the view empty.
     pub fn take(&mut self) -> Changes {
         self.undo.clear();
+        self.staged_bytes = 0;
         let mut slots = std::mem::take(&mut self.slots);
         let mut ops = Vec::with_capacity(slots.len());
         for (n, map) in self.keys.iter_mut().enumerate() {
