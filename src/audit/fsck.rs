@@ -128,8 +128,18 @@ pub fn verify_bounded(
     bounds: Bounds,
 ) -> Result<VerifyReport> {
     let snap = ledger.engine().snapshot()?;
-    let checkpoints = index::checkpoints(&*snap)?;
-    let mut check = ChainCheck::new(ledger.origin(), &ledger.verifier(), &checkpoints);
+    // The checkpoints are opened as they are read; only their sizes and roots are kept.
+    let mut failed = None;
+    let mut check = ChainCheck::from_stored(
+        ledger.origin(),
+        &ledger.verifier(),
+        snap.scan(Keyspace::Checkpoints, &[])
+            .map_while(|e| e.map_err(|e| failed = Some(e)).ok()),
+    );
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    let checkpoints = check.stored_checkpoints();
     let total = index::record_count(&*snap).unwrap_or(0);
     let folder = |name: &str| ledger.dir().map(|d| d.join(name));
     check.spill_to(
@@ -199,7 +209,7 @@ pub fn verify_bounded(
     sort_problems(&mut problems);
     Ok(VerifyReport {
         records: n,
-        checkpoints: checkpoints.len(),
+        checkpoints,
         problems,
     })
 }

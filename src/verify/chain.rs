@@ -28,7 +28,10 @@ pub struct ChainCheck {
     last_ts: i64,
     threads: HashMap<String, (u64, Hash)>,
     frontier: Frontier,
-    checkpoints: Vec<PendingCheckpoint>,
+    /// Checkpoints not reached yet, in size order (the next one first).
+    checkpoints: std::collections::VecDeque<PendingCheckpoint>,
+    /// Stored checkpoints read (whether or not they parsed).
+    stored: usize,
     max_checkpoint: Option<u64>,
     rules: RuleReplay,
     problems: Vec<Problem>,
@@ -68,6 +71,23 @@ impl ChainCheck {
         verifier: &NoteVerifier,
         stored_checkpoints: &[(Vec<u8>, Vec<u8>)],
     ) -> ChainCheck {
+        ChainCheck::from_stored(
+            origin,
+            verifier,
+            stored_checkpoints
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice())),
+        )
+    }
+
+    /// [`ChainCheck::new`] from the stored checkpoints as they are read: each note is opened
+    /// and only its size and root are kept (40 bytes, not the note), so a ledger of many
+    /// small batches does not hold every note in memory.
+    pub fn from_stored<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        origin: &str,
+        verifier: &NoteVerifier,
+        stored_checkpoints: impl IntoIterator<Item = (K, V)>,
+    ) -> ChainCheck {
         let mut c = ChainCheck {
             origin: origin.to_string(),
             next: 0,
@@ -75,12 +95,16 @@ impl ChainCheck {
             last_ts: i64::MIN,
             threads: HashMap::new(),
             frontier: Frontier::new(),
-            checkpoints: Vec::new(),
+            checkpoints: std::collections::VecDeque::new(),
+            stored: 0,
             max_checkpoint: None,
             rules: RuleReplay::new(),
             problems: Vec::new(),
         };
+        let mut pending = Vec::new();
         for (k, note_bytes) in stored_checkpoints {
+            let (k, note_bytes) = (k.as_ref(), note_bytes.as_ref());
+            c.stored += 1;
             let key_size = read_be(k).filter(|_| k.len() == 8);
             match c.parse_checkpoint(verifier, note_bytes) {
                 Ok(cp) => {
@@ -95,12 +119,13 @@ impl ChainCheck {
                         ));
                     }
                     c.max_checkpoint = Some(c.max_checkpoint.unwrap_or(0).max(cp.size));
-                    c.checkpoints.push(cp);
+                    pending.push(cp);
                 }
                 Err(p) => c.problems.push(p),
             }
         }
-        c.checkpoints.sort_by_key(|p| p.size);
+        pending.sort_by_key(|p| p.size);
+        c.checkpoints = pending.into();
         c.check_due_checkpoints();
         c
     }
@@ -145,11 +170,13 @@ impl ChainCheck {
     /// Compares every checkpoint whose size the frontier has reached.
     fn check_due_checkpoints(&mut self) {
         let size = self.frontier.size();
-        while let Some(cp) = self.checkpoints.first() {
+        while let Some(cp) = self.checkpoints.front() {
             if cp.size > size {
                 break;
             }
-            let cp = self.checkpoints.remove(0);
+            let Some(cp) = self.checkpoints.pop_front() else {
+                break;
+            };
             let root = self.frontier.root();
             if !merkle::hashes_equal(&root, &cp.root) {
                 let (code, what) = (ProblemCode::CheckpointRoot, "the stored checkpoint");
@@ -333,6 +360,11 @@ impl ChainCheck {
     /// Records checked so far (the next expected seq).
     pub fn size(&self) -> u64 {
         self.next
+    }
+
+    /// The stored checkpoints it was given (whether or not they parsed).
+    pub fn stored_checkpoints(&self) -> usize {
+        self.stored
     }
 
     /// The root of the records checked so far.
