@@ -25,8 +25,11 @@ use crate::verify::{
 pub struct Bounds {
     /// The approval-rule replay's entries in memory ([`crate::verify::spill`]).
     pub replay_entries: usize,
-    /// Bytes of the replay's spilled entries kept in its store's table before a run.
+    /// Bytes of the replay's spilled entries kept in its store's table before a run (and of
+    /// the threads' heads in theirs).
     pub replay_bytes: usize,
+    /// Threads whose heads the chain check keeps in memory before it spills them.
+    pub threads: usize,
     /// Re-derived entries (distinct keys) staged in memory before they are written as a run.
     pub derived_entries: usize,
     /// Bytes staged in memory before they are written as a run, whichever bound is passed
@@ -37,13 +40,15 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// What `verify` runs with: a few MiB of replay state, 2^18 staged derived entries or
+    /// What `verify` runs with: a few MiB of replay state, 2^17 threads' heads (about 20
+    /// MiB), 2^18 staged derived entries or
     /// 64 MiB of them, whichever comes first
     /// (docs/performance.md: memory and runs at 1M and 2M records), batches of 4,096
     /// records.
     pub const DEFAULT: Bounds = Bounds {
         replay_entries: SPILL_AT,
         replay_bytes: 16 << 20,
+        threads: 1 << 17,
         derived_entries: 1 << 18,
         derived_bytes: 64 << 20,
         derive_batch: 4096,
@@ -56,6 +61,7 @@ impl Bounds {
         Bounds {
             replay_entries: at,
             replay_bytes: 0,
+            threads: at,
             derived_entries: 0,
             derived_bytes: 0,
             derive_batch: 16 * at.max(1),
@@ -89,7 +95,7 @@ const LOOKED_UP: [Keyspace; 7] = [
 /// other.
 ///
 /// The approval-rule replay keeps at most [`SPILL_AT`] of its entries in memory and the rest
-/// in sorted runs of its own, so neither stage's memory grows with the ledger beyond each
+/// in sorted runs of its own, and so does the chain check with the threads' heads, so neither stage's memory grows with the ledger beyond each
 /// run's block index and Bloom filter (a few bytes per entry written).
 ///
 /// # Errors
@@ -148,6 +154,13 @@ pub fn verify_bounded(
             bounds.replay_bytes,
         )?),
         bounds.replay_entries,
+    );
+    check.spill_threads_to(
+        Box::new(SpillRuns::new(
+            folder("verify-threads"),
+            bounds.replay_bytes,
+        )?),
+        bounds.threads,
     );
     check.reserve(total);
     let derived = Runs::new(folder("verify-derived"), &LOOKED_UP)?;

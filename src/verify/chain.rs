@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use super::rules::RuleReplay;
 use super::{Problem, ProblemCode, leaf_problem, sort_problems};
-use crate::codec::read_be;
+use crate::codec::{be, read_be};
 use crate::format::merkle::{self, Frontier, Hash};
 use crate::format::note::{self, Checkpoint, NoteVerifier};
 use crate::format::record::{LeafError, Record, ZERO_HASH, hex_hash};
@@ -26,7 +26,11 @@ pub struct ChainCheck {
     next: u64,
     last_hash: Option<Hash>,
     last_ts: i64,
+    /// Each thread's record count and last leaf hash (the threads read or written since the
+    /// last spill, when they spill).
     threads: HashMap<String, (u64, Hash)>,
+    /// Where the threads' heads go past a bound ([`ChainCheck::spill_threads_to`]).
+    thread_spill: Option<ThreadSpill>,
     frontier: Frontier,
     /// Checkpoints not reached yet, in size order (the next one first).
     checkpoints: std::collections::VecDeque<PendingCheckpoint>,
@@ -43,6 +47,23 @@ impl std::fmt::Debug for ChainCheck {
             .field("next", &self.next)
             .finish_non_exhaustive()
     }
+}
+
+/// The threads' spill store and its state.
+struct ThreadSpill {
+    store: Box<dyn super::spill::SpillStore>,
+    bound: usize,
+    spills: u64,
+    /// The first failure: the check is incomplete after it (see [`ChainCheck::spill_failure`]).
+    failed: Option<String>,
+}
+
+/// A spilled thread head: its record count (8 bytes, big-endian) and last leaf hash.
+fn decode_thread_head(v: &[u8]) -> Result<(u64, Hash), String> {
+    let bad = || format!("a spilled thread head is {} bytes, not 40", v.len());
+    let count = read_be(v.get(..8).ok_or_else(bad)?).ok_or_else(bad)?;
+    let hash: Hash = v.get(8..).ok_or_else(bad)?.try_into().map_err(|_| bad())?;
+    Ok((count, hash))
 }
 
 /// One fed entry, parsed: (seq of its key, leaf hash, the record when it parsed).
@@ -94,6 +115,7 @@ impl ChainCheck {
             last_hash: None,
             last_ts: i64::MIN,
             threads: HashMap::new(),
+            thread_spill: None,
             frontier: Frontier::new(),
             checkpoints: std::collections::VecDeque::new(),
             stored: 0,
@@ -295,11 +317,7 @@ impl ChainCheck {
             ));
         }
         self.last_ts = self.last_ts.max(r.ts.micros());
-        let (count, last) = self
-            .threads
-            .get(&r.thread_id)
-            .copied()
-            .unwrap_or((0, ZERO_HASH));
+        let (count, last) = self.thread_head(&r.thread_id);
         if r.thread_seq != count {
             self.problems.push(Problem::at(
                 ProblemCode::ThreadGap,
@@ -324,6 +342,7 @@ impl ChainCheck {
         }
         self.threads
             .insert(r.thread_id.clone(), (r.thread_seq.max(count) + 1, *hash));
+        self.spill_threads_if_full();
         if let Some(m) = self.rules.step(r, hash) {
             self.problems.push(Problem::at(
                 ProblemCode::RuleViolation,
@@ -331,6 +350,86 @@ impl ChainCheck {
                 format!("record {ks}: {m}"),
             ));
         }
+    }
+
+    /// A thread's record count and last leaf hash so far (none yet: 0 and zeros), from memory
+    /// or the spill store.
+    fn thread_head(&mut self, thread: &str) -> (u64, Hash) {
+        if let Some(h) = self.threads.get(thread) {
+            return *h;
+        }
+        let none = (0, ZERO_HASH);
+        let Some(sp) = self.thread_spill.as_mut() else {
+            return none;
+        };
+        if sp.failed.is_some() {
+            return none;
+        }
+        let loaded = sp.store.get(thread.as_bytes()).and_then(|v| match v {
+            None => Ok(None),
+            Some(v) => decode_thread_head(&v).map(Some),
+        });
+        match loaded {
+            Ok(Some(h)) => {
+                self.threads.insert(thread.to_string(), h);
+                h
+            }
+            Ok(None) => none,
+            Err(e) => {
+                sp.failed = Some(e);
+                none
+            }
+        }
+    }
+
+    /// Writes every thread head in memory to the spill store and forgets them, once they pass
+    /// the bound.
+    fn spill_threads_if_full(&mut self) {
+        let Some(sp) = self.thread_spill.as_mut() else {
+            return;
+        };
+        if self.threads.len() <= sp.bound || sp.failed.is_some() {
+            return;
+        }
+        let out = self
+            .threads
+            .drain()
+            .map(|(t, (count, hash))| {
+                let mut v = be(count).to_vec();
+                v.extend_from_slice(&hash);
+                (t.into_bytes(), v)
+            })
+            .collect();
+        // A drained table keeps its capacity: give it back, or memory stays at the peak.
+        self.threads.shrink_to_fit();
+        sp.spills += 1;
+        if let Err(e) = sp.store.put(out) {
+            sp.failed = Some(e);
+        }
+    }
+
+    /// Keeps the threads' heads in `store` past `bound` threads in memory, as the rule replay
+    /// keeps its state ([`ChainCheck::spill_to`]): before a record is checked its thread's
+    /// head is loaded, and past the bound every head in memory is written out and forgotten.
+    /// A log of many threads then costs the check no more memory than one of few. Set before
+    /// the first record; the findings do not change.
+    pub fn spill_threads_to(&mut self, store: Box<dyn super::spill::SpillStore>, bound: usize) {
+        self.thread_spill = Some(ThreadSpill {
+            store,
+            bound: bound.max(1),
+            spills: 0,
+            failed: None,
+        });
+    }
+
+    /// Threads whose heads are in memory now.
+    pub fn threads_in_memory(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Times the threads' heads were written to their spill store.
+    pub fn thread_spills(&self) -> u64 {
+        self.thread_spill.as_ref().map_or(0, |s| s.spills)
     }
 
     /// Makes room in the rule replay for about `records` records (see [`RuleReplay::reserve`]):
@@ -349,7 +448,9 @@ impl ChainCheck {
     /// The spill store's first failure ([`RuleReplay::spill_failure`]): the check is then
     /// incomplete and must end in that error, not in a report.
     pub fn spill_failure(&self) -> Option<&str> {
-        self.rules.spill_failure()
+        self.rules
+            .spill_failure()
+            .or_else(|| self.thread_spill.as_ref().and_then(|s| s.failed.as_deref()))
     }
 
     /// Times the rule replay wrote its state to the spill store.

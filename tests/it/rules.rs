@@ -1036,6 +1036,75 @@ fn the_spilling_replay_holds_its_bound_in_memory_and_judges_alike() {
     }
 }
 
+/// The chain check keeps at most its bound of threads' heads in memory when they spill, and
+/// finds what it finds when they stay: on an untouched log of many interleaved threads
+/// (nothing) and on one with a record of a thread removed (the same gaps).
+#[test]
+fn the_chain_check_spilling_its_threads_holds_its_bound_and_checks_alike() {
+    use hitl_ledger::verify::ChainCheck;
+    use hitl_ledger::verify::spill::MemorySpill;
+    let f = Fixture::new();
+    for round in 0..3u64 {
+        for t in 0..20u64 {
+            let rid = format!("th-{t}-{round}");
+            f.interrupt(&rid, &format!("thread-{t}"), refund(100 + t));
+            if t % 2 == 0 {
+                f.approve(&rid);
+            }
+        }
+    }
+    let snap = f.l().engine().snapshot().unwrap();
+    let checkpoints = hitl_ledger::index::checkpoints(&*snap).unwrap();
+    let leaves: Vec<(Vec<u8>, Vec<u8>)> = hitl_ledger::index::records(&*snap)
+        .map(Result::unwrap)
+        .collect();
+    // The same log with the first record of thread 7's second round removed.
+    let victim = leaves
+        .iter()
+        .position(|(_, l)| {
+            let r = Record::read(l).unwrap();
+            r.thread_id == "thread-7" && r.thread_seq == 1
+        })
+        .unwrap();
+    let mut gapped = leaves.clone();
+    gapped.remove(victim);
+    for log in [&leaves, &gapped] {
+        let check = |spill: Option<usize>| {
+            let mut c = ChainCheck::new(f.l().origin(), &f.l().verifier(), &checkpoints);
+            if let Some(bound) = spill {
+                c.spill_threads_to(Box::new(MemorySpill::default()), bound);
+            }
+            for entry in log.iter() {
+                c.feed(std::slice::from_ref(entry));
+                if let Some(bound) = spill {
+                    assert!(
+                        c.threads_in_memory() <= bound,
+                        "{} threads in memory past a bound of {bound}",
+                        c.threads_in_memory()
+                    );
+                }
+            }
+            assert!(c.spill_failure().is_none());
+            let spills = c.thread_spills();
+            (c.finish(), spills)
+        };
+        let (whole, _) = check(None);
+        for bound in [1usize, 5] {
+            let (spilled, spills) = check(Some(bound));
+            assert_eq!(spilled, whole, "bound {bound}");
+            assert!(spills > 0, "a bound of {bound} spilled nothing");
+        }
+        if std::ptr::eq(log, &gapped) {
+            assert!(
+                whole.iter().any(|p| p.code.as_str() == "thread_gap"),
+                "{whole:?}"
+            );
+        } else {
+            assert!(whole.is_empty(), "{whole:?}");
+        }
+    }
+}
+
 /// A spill store that fails (a full disk, bytes that are not an entry) stops the replay: it
 /// judges nothing after the failure and says what failed, so `verify` ends in that error
 /// rather than in a report that judged only part of the ledger.
