@@ -1,18 +1,20 @@
 //! Sorted runs: where a whole-ledger check keeps what it re-derives from the records, in
 //! bounded memory and without a scratch database (issue 22).
 //!
-//! Writes go to a table in memory (one hash map per keyspace, newest value per key). Past a
-//! bound of bytes the table is sorted once and written out as a *run*: a file of entries in
-//! (keyspace, key) order, cut into blocks of about [`BLOCK`] bytes. For each run, memory keeps
+//! Writes are staged by the caller (`verify`'s derivation in one `View`, the rule replay in
+//! [`SpillRuns`]'s table). Past the caller's bound they are sorted once and written out as a
+//! *run* ([`Runs::write`]): a file of entries in (keyspace, key) order, cut into blocks of
+//! about [`BLOCK`] bytes. For each run, memory keeps
 //! only the first key, place and checksum of every block and a Bloom filter over the keys of
 //! the keyspaces that are looked up. Runs are merged by tiers: [`FANOUT`] runs of one tier
 //! become one run of the next, so each entry is rewritten about log4(runs) times and the runs
 //! kept stay few (at most `FANOUT - 1` per tier).
 //!
-//! A point read ([`Runs::get`], what [`crate::index::apply`] reads through its `View`) tries
-//! the table, then the runs from the newest: a run's Bloom filter rules most of them out, and
-//! the one block that may hold the key is read and checked. A deletion is kept as a tombstone
-//! until a merge of every run drops it. At the end, [`Runs::into_merged`] streams every live
+//! A point read that misses what the caller stages (the `View` [`crate::index::apply`] reads
+//! through, or [`SpillRuns`]'s table) asks the runs from the newest ([`Runs::get`]): a run's
+//! Bloom filter rules most of them out, and the one block that may hold the key is read and
+//! checked (and kept in a cache of the 4 MiB of blocks read last). A deletion is kept as a
+//! tombstone until a merge of every older run drops it. At the end, [`Runs::into_merged`] streams every live
 //! entry in order, which is what `verify` compares with the stored keyspaces.
 //!
 //! A block whose bytes are not what was written (its checksum differs, or it does not decode)
@@ -28,6 +30,7 @@ use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::storage::{Changes, Entry, Keyspace, Read, Scan, StorageError};
 use crate::verify::spill::SpillStore;
@@ -251,6 +254,40 @@ struct Run {
     bloomed_keys: usize,
     /// Its tier: 0 when written from a batch, one more than its sources' when merged.
     tier: u32,
+    /// Its number in its store (never reused: the block cache's key).
+    id: u64,
+}
+
+/// Blocks that point reads read lately, by run and block, the oldest dropped past a bound of
+/// bytes: a request or a fact is usually read again soon after (its decision, its grant).
+struct BlockCache {
+    blocks: HashMap<(u64, usize), Arc<[u8]>>,
+    order: std::collections::VecDeque<(u64, usize)>,
+    bytes: usize,
+}
+
+/// Bytes of blocks the cache holds at most.
+const CACHE_BYTES: usize = 4 << 20;
+
+impl BlockCache {
+    fn get(&self, run: u64, block: usize) -> Option<Arc<[u8]>> {
+        self.blocks.get(&(run, block)).cloned()
+    }
+
+    fn put(&mut self, run: u64, block: usize, bytes: Arc<[u8]>) {
+        self.bytes += bytes.len();
+        if self.blocks.insert((run, block), bytes).is_none() {
+            self.order.push_back((run, block));
+        }
+        while self.bytes > CACHE_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(b) = self.blocks.remove(&old) {
+                self.bytes -= b.len();
+            }
+        }
+    }
 }
 
 impl Run {
@@ -281,14 +318,28 @@ impl Run {
             .checked_sub(1)
     }
 
-    fn get(&self, ks: Keyspace, key: &[u8], hash: u64) -> Result<Option<Value>, StorageError> {
+    fn get(
+        &self,
+        ks: Keyspace,
+        key: &[u8],
+        hash: u64,
+        cache: &RefCell<BlockCache>,
+    ) -> Result<Option<Value>, StorageError> {
         if self.bloomed[ks_index(ks)] && !self.bloom.may_contain(hash) {
             return Ok(None);
         }
         let Some(i) = self.block_for(ks, key) else {
             return Ok(None);
         };
-        let block = self.block(i)?;
+        let cached = cache.borrow().get(self.id, i);
+        let block = match cached {
+            Some(b) => b,
+            None => {
+                let b: Arc<[u8]> = self.block(i)?.into();
+                cache.borrow_mut().put(self.id, i, b.clone());
+                b
+            }
+        };
         let mut pos = 0;
         while pos < block.len() {
             let (eks, ekey, value) = entry_at(&block, &mut pos)?;
@@ -323,6 +374,7 @@ struct RunWriter {
 
 impl RunWriter {
     fn new(
+        id: u64,
         path: Option<PathBuf>,
         bloomed_keys: usize,
         bloomed: [bool; Keyspace::ALL.len()],
@@ -354,6 +406,7 @@ impl RunWriter {
                 bloomed,
                 bloomed_keys: 0,
                 tier: 0,
+                id,
             },
             last: Vec::new(),
         })
@@ -628,6 +681,7 @@ pub struct Runs {
     /// its staged entries are written out.
     runs: RefCell<Vec<Run>>,
     next_id: Cell<u64>,
+    cache: RefCell<BlockCache>,
     bloomed: [bool; Keyspace::ALL.len()],
 }
 
@@ -652,6 +706,11 @@ impl Runs {
             _lock: lock,
             runs: RefCell::new(Vec::new()),
             next_id: Cell::new(0),
+            cache: RefCell::new(BlockCache {
+                blocks: HashMap::new(),
+                order: std::collections::VecDeque::new(),
+                bytes: 0,
+            }),
             bloomed: mask,
         })
     }
@@ -666,7 +725,7 @@ impl Runs {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let path = self.dir.as_ref().map(|d| d.join(format!("run-{id}")));
-        RunWriter::new(path, bloomed_keys, self.bloomed)
+        RunWriter::new(id, path, bloomed_keys, self.bloomed)
     }
 
     /// Writes a batch of changes, newer than every run, as a run of tier 0; then, while the
@@ -829,7 +888,7 @@ impl Read for Runs {
         }
         let hash = key_hash(ks, key);
         for run in runs.iter().rev() {
-            if let Some(v) = run.get(ks, key, hash)? {
+            if let Some(v) = run.get(ks, key, hash, &self.cache)? {
                 return Ok(v);
             }
         }

@@ -74,15 +74,19 @@ impl<'a> View<'a> {
 
     fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {
         self.staged_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
-        let map = &mut self.keys[ks_index(ks)];
-        if let Some(&i) = map.get(key.as_slice()) {
-            let old = std::mem::replace(&mut self.slots[i], value);
-            self.undo.push(Undo::Was(i, old));
-        } else {
-            let i = self.slots.len();
-            self.slots.push(value);
-            map.insert(key, i);
-            self.undo.push(Undo::Created(i));
+        // One hash of the key, whether it is staged already or not.
+        match self.keys[ks_index(ks)].entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let i = *e.get();
+                let old = std::mem::replace(&mut self.slots[i], value);
+                self.undo.push(Undo::Was(i, old));
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let i = self.slots.len();
+                e.insert(i);
+                self.slots.push(value);
+                self.undo.push(Undo::Created(i));
+            }
         }
     }
 
