@@ -280,14 +280,7 @@ fn derive(
             match applied {
                 Ok(()) => next = seq + 1,
                 Err(e) => {
-                    derive_error = Some(Problem::at(
-                        ProblemCode::Index,
-                        seq,
-                        format!(
-                            "the indexes cannot be derived past record {seq}: {}",
-                            e.message()
-                        ),
-                    ));
+                    derive_error = Some(Problem::underivable(seq, e.message()));
                 }
             }
         }

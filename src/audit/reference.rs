@@ -12,7 +12,7 @@ use crate::index::{self, View};
 use crate::ledger::Ledger;
 use crate::storage::{Durability, Keyspace, Read};
 use crate::verify::compare_index;
-use crate::verify::{ChainCheck, Problem, ProblemCode, VerifyReport, sort_problems};
+use crate::verify::{ChainCheck, Problem, VerifyReport, sort_problems};
 
 /// Records derived into the scratch engine per commit (bounds memory).
 const FLUSH_EVERY: usize = 10_000;
@@ -78,14 +78,7 @@ pub fn verify(
                         )),
                     };
                     if let Err(e) = applied {
-                        derive_error = Some(Problem::at(
-                            ProblemCode::Index,
-                            seq,
-                            format!(
-                                "the indexes cannot be derived past record {seq}: {}",
-                                e.message()
-                            ),
-                        ));
+                        derive_error = Some(Problem::underivable(seq, e.message()));
                     }
                 }
                 progress(check.size(), total);

@@ -212,6 +212,17 @@ impl Problem {
         }
     }
 
+    /// The indexes cannot be derived past record `seq`, for `why` (the first record
+    /// `index::apply` refused; nothing after it is derived). One wording for every check that
+    /// derives them, so their reports compare equal.
+    pub fn underivable(seq: u64, why: &str) -> Problem {
+        Problem::at(
+            ProblemCode::Index,
+            seq,
+            format!("the indexes cannot be derived past record {seq}: {why}"),
+        )
+    }
+
     /// A problem that concerns no one record.
     pub fn global(code: ProblemCode, message: impl Into<String>) -> Problem {
         Problem {
