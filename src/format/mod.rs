@@ -5,11 +5,13 @@
 //! - [`merkle`]: the RFC 6962 tree, proofs and their verification;
 //! - [`note`]: C2SP signed notes, checkpoints and thread heads;
 //! - [`record`]: the record envelope, kinds and the leaf;
+//! - [`leaf_reader`]: the typed reader of a stored leaf, building no value tree for the envelope;
 //! - [`bundle`]: the export bundle document.
 
 pub mod bundle;
 pub mod jcs;
 pub mod jcs_check;
+pub mod leaf_reader;
 pub mod merkle;
 pub mod note;
 pub mod record;

@@ -448,33 +448,20 @@ impl Record {
         Record::from_value(&value)
     }
 
-    /// [`Record::from_leaf`]'s exact answer, without its cost for a good leaf: a leaf the
-    /// allocation-free scanner ([`jcs_check::is_canonical`](super::jcs_check::is_canonical))
-    /// finds canonical is parsed once and never re-serialized; any other goes through
-    /// [`Record::from_leaf`] for its error. Every reader of stored leaves (and the writer's
-    /// read-back guard) uses this; `from_leaf` stays the definition, and property tests
-    /// (`verify::chain`) hold the two equal on mutated leaves.
+    /// [`Record::from_leaf`]'s exact answer, without its cost for a good leaf: the typed reader
+    /// ([`leaf_reader`](super::leaf_reader)) reads a canonical, valid leaf field by field
+    /// after one pass of the allocation-free scanner, parsing only the body into the map the
+    /// record holds; any leaf it does not take goes through [`Record::from_leaf`] for the
+    /// answer and its evidence. Every reader of stored leaves uses this; `from_leaf` stays the
+    /// definition, and property tests (`format::leaf_reader`, `verify::chain`) hold the two
+    /// equal on generated and mutated leaves.
     ///
     /// # Errors
     /// As [`Record::from_leaf`].
     pub fn read(leaf: &[u8]) -> Result<Record, LeafError> {
-        if !super::jcs_check::is_canonical(leaf) {
-            return Record::from_leaf(leaf);
-        }
-        match jcs::parse(leaf, jcs::ParseOptions::default()) {
-            Ok(mut value) => {
-                // The body moves out of the parsed tree instead of being copied (an empty
-                // object stays in its place, so every rule before the body's sees the same
-                // members).
-                let body = match value.get_mut("body") {
-                    Some(Value::Object(m)) => Some(std::mem::take(m)),
-                    _ => None,
-                };
-                Record::from_value_and_body(&value, body)
-            }
-            // Unreachable while the scanner and the parser agree (their property tests): the
-            // reference answer, so a disagreement can only cost time, never change a verdict.
-            Err(_) => Record::from_leaf(leaf),
+        match super::leaf_reader::read(leaf) {
+            Some(record) => Ok(record),
+            None => Record::from_leaf(leaf),
         }
     }
 
@@ -483,16 +470,6 @@ impl Record {
     /// # Errors
     /// [`LeafError::Envelope`] naming the first bad field.
     pub fn from_value(value: &Value) -> Result<Record, LeafError> {
-        Record::from_value_and_body(value, None)
-    }
-
-    /// [`Record::from_value`], with the body already taken out of `value` when it was an
-    /// object (`value` then holds an empty object in its place); `None`: read it from
-    /// `value`.
-    fn from_value_and_body(
-        value: &Value,
-        taken_body: Option<Map<String, Value>>,
-    ) -> Result<Record, LeafError> {
         let env = |m: String| LeafError::Envelope(m);
         let obj = value
             .as_object()
@@ -574,14 +551,11 @@ impl Record {
             groups: Vec::new(),
         };
         rule_actor(&actor)?;
-        let body = match taken_body {
-            Some(b) => b,
-            None => obj
-                .get("body")
-                .and_then(Value::as_object)
-                .ok_or_else(|| env("body is not an object".into()))?
-                .clone(),
-        };
+        let body = obj
+            .get("body")
+            .and_then(Value::as_object)
+            .ok_or_else(|| env("body is not an object".into()))?
+            .clone();
         check_body(kind, &body)?;
         Ok(Record {
             origin,
@@ -1169,8 +1143,9 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(3000))]
 
         /// The writer's guard (canonical bytes and the typed rules) accepts exactly the
-        /// records whose leaf [`Record::read`] reads (the guard it replaced, kept here as the
-        /// oracle), and a record it accepts reads back as itself.
+        /// records whose leaf [`Record::from_leaf`] reads (the value tree's read-back, the
+        /// guard it replaced, kept here as the oracle), a record it accepts reads back as
+        /// itself, and the typed reader reads exactly those leaves, to the same records.
         #[test]
         fn the_typed_guard_is_the_read_back(
             which in any::<prop::sample::Index>(),
@@ -1183,13 +1158,15 @@ mod tests {
             mutate(&mut r, m2);
             let mut leaf = Vec::new();
             r.write_leaf(&mut leaf);
-            let old = Record::read(&leaf);
+            let old = Record::from_leaf(&leaf);
             let new = if crate::format::jcs_check::is_canonical(&leaf) {
                 r.check_fields()
             } else {
                 Err(LeafError::NotCanonical)
             };
             prop_assert_eq!(old.is_ok(), new.is_ok(), "{:?} / {:?}", old, new);
+            // The typed reader reads every leaf the writer may store, to the same record.
+            prop_assert_eq!(super::super::leaf_reader::read(&leaf), old.clone().ok());
             if let Ok(back) = old {
                 prop_assert_eq!(back.leaf().unwrap(), leaf);
             }
