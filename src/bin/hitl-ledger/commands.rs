@@ -756,15 +756,24 @@ fn append_lines(ledger: &Ledger, file: &str, batch: usize, actor: &Actor) -> Res
     let mut failed = false;
     let mut pending: Vec<Result<Op>> = Vec::new();
     let flush = |pending: &mut Vec<Result<Op>>, failed: &mut bool| {
-        let ops: Vec<(Op, Actor)> = pending
-            .iter()
-            .filter_map(|r| r.as_ref().ok().map(|op| (op.clone(), actor.clone())))
+        // The operations move to the writer (a line's body is not copied); each line keeps
+        // its place in the answers: its error, or the next of the writer's results.
+        let mut ops: Vec<(Op, Actor)> = Vec::with_capacity(pending.len());
+        let lines: Vec<Option<Error>> = pending
+            .drain(..)
+            .map(|item| match item {
+                Ok(op) => {
+                    ops.push((op, actor.clone()));
+                    None
+                }
+                Err(e) => Some(e),
+            })
             .collect();
         let mut results = ledger.execute(ops).into_iter();
-        for item in pending.drain(..) {
-            let r = match item {
-                Err(e) => Err(e),
-                Ok(_) => results
+        for line in lines {
+            let r = match line {
+                Some(e) => Err(e),
+                None => results
                     .next()
                     .unwrap_or_else(|| Err(Error::new(ErrorCode::Internal, "missing result"))),
             };
