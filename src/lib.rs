@@ -14,7 +14,7 @@
 //! | 3 | [`witness`] | witnessed checkpoints: cosignatures, the quorum, the witness's decision, pure |
 //! | 4 | [`index`] | derived state |
 //! | 5 | [`ledger`] | the writer, the gate, reads, proofs |
-//! | 6 | [`audit`], [`wire`] | whole-ledger checks and views; the contract's JSON |
+//! | 6 | [`audit`], [`wire`], [`serving`] | whole-ledger checks and views; the contract's JSON; the HTTP connection loop |
 //! | 7 | [`server`] | the HTTP API |
 //!
 //! The protocol is `docs/protocol.md`; the storage layout is `docs/format.md`.
@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod model;
 pub mod oversight;
 pub mod server;
+pub mod serving;
 pub mod storage;
 pub mod verify;
 pub mod wire;

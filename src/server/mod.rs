@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use axum::Router;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::record::Actor;
 use crate::ledger::commit::{CommitConfig, Committer};
 use crate::ledger::{Ledger, Op, Outcome};
@@ -46,6 +46,8 @@ pub struct AppState {
     budget: body::Budget,
     /// How fast a request body must arrive.
     body_timing: BodyTiming,
+    /// The connections served at once and the time each has to send a request's head.
+    connection_limits: crate::serving::ConnectionLimits,
     /// False while the watched tokens file does not load: every bearer token is refused
     /// (fail closed) until it loads again.
     tokens_ok: std::sync::atomic::AtomicBool,
@@ -123,6 +125,7 @@ impl AppState {
             tokens_file: None,
             budget: body::Budget::new(MAX_IN_FLIGHT_BYTES),
             body_timing: BodyTiming::default(),
+            connection_limits: crate::serving::ConnectionLimits::default(),
             tokens_ok: std::sync::atomic::AtomicBool::new(true),
             tokens_failures: std::sync::atomic::AtomicU64::new(0),
             tokens_changed: tokio::sync::watch::Sender::new(0),
@@ -183,6 +186,13 @@ impl AppState {
     /// body of the largest size), one principal holding at most 1 / [`SHARE_DIVISOR`] of them.
     pub fn with_max_in_flight(mut self, bytes: usize) -> AppState {
         self.budget = body::Budget::new(bytes);
+        self
+    }
+
+    /// Bounds the connections served at once and the time each has to send a request's head
+    /// (default [`crate::serving::MAX_CONNECTIONS`], [`crate::serving::HEADER_TIMEOUT`]).
+    pub fn with_connection_limits(mut self, limits: crate::serving::ConnectionLimits) -> AppState {
+        self.connection_limits = limits;
         self
     }
 
@@ -301,10 +311,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves on a bound listener until `shutdown` resolves, sweeping for due timeouts every
-/// second; then finishes in-flight requests and commits what was accepted.
+/// second, within the state's connection limits ([`crate::serving`]); then finishes in-flight
+/// requests and commits what was accepted.
 ///
 /// # Errors
-/// I/O errors of the listener.
+/// None today (a failed accept is logged and retried); kept for the callers' `?`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -384,10 +395,8 @@ pub async fn serve(
         // Event streams never finish by themselves: end them so the graceful shutdown can.
         streams.stop_streams();
     };
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| Error::storage("serving", e));
+    let limits = state.connection_limits;
+    crate::serving::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
     let _ = sweeper.await;
     reloader.abort();
@@ -404,7 +413,7 @@ pub async fn serve(
             drop(s);
         }
     }
-    result
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -39,17 +39,22 @@ pub async fn serve(
     serve_witness(witness, listener, shutdown).await
 }
 
-/// Serves an open witness on `listener` until `shutdown` resolves.
+/// Serves an open witness on `listener` until `shutdown` resolves, within the default
+/// connection limits ([`crate::serving`]).
 ///
 /// # Errors
-/// I/O errors of the listener.
+/// None today (a failed accept is logged and retried); kept for the callers' `?`.
 pub async fn serve_witness(
     witness: Arc<Witness>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, http::router(witness))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| Error::storage("serving", e))
+    crate::serving::serve(
+        listener,
+        http::router(witness),
+        crate::serving::ConnectionLimits::default(),
+        shutdown,
+    )
+    .await;
+    Ok(())
 }

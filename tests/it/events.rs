@@ -530,6 +530,29 @@ fn an_idle_stream_sends_heartbeats_and_ends_when_the_server_stops() {
     assert_eq!(idle.record(), None, "the stream ends with the server");
 }
 
+/// An event stream is an answer being written, not a request head being waited for: a header
+/// deadline far shorter than the stream's life does not end it (`hitl_ledger::serving`).
+#[test]
+fn a_stream_outlives_the_header_deadline() {
+    let s = TestServer::start_connections(
+        StreamTiming {
+            heartbeat: Duration::from_millis(200),
+            poll: Duration::from_millis(100),
+        },
+        hitl_ledger::serving::ConnectionLimits {
+            max_connections: 64,
+            header_timeout: Duration::from_millis(300),
+        },
+    );
+    let mut sse = stream(s.addr, s.t("reviewer"), "", None);
+    sse.set_timeout(Duration::from_secs(10));
+    assert_eq!(sse.record().unwrap().0, 0);
+    // Five header deadlines later the stream is still open and still delivers.
+    std::thread::sleep(Duration::from_millis(1500));
+    let seq = append(&s, "r-1", "t");
+    assert_eq!(sse.record().map(|(id, _)| id), Some(seq));
+}
+
 /// A consumer that reads nothing fills only its own buffers: the writer goes on, and the
 /// consumer later reads every record in order (here within the stall time, which is long).
 #[test]

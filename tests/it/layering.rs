@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The rank of each top-level module.
-const RANKS: [(&str, u8); 15] = [
+const RANKS: [(&str, u8); 16] = [
     ("error", 0),
     ("codec", 0),
     ("clock", 1),
@@ -20,6 +20,7 @@ const RANKS: [(&str, u8); 15] = [
     ("ledger", 5),
     ("audit", 6),
     ("wire", 6),
+    ("serving", 6),
     ("server", 7),
     ("witness_server", 7),
 ];

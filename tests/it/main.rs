@@ -9,6 +9,7 @@ mod util;
 mod attack;
 mod budget;
 mod cli;
+mod connections;
 mod crash;
 mod events;
 mod faults;

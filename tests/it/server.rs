@@ -10,6 +10,7 @@ use hitl_ledger::ledger::commit::{CommitConfig, Committer};
 use hitl_ledger::server::events::{StreamLimits, StreamTiming};
 use hitl_ledger::server::tokens::{Role, Tokens, add_token};
 use hitl_ledger::server::{AppState, BodyTiming, serve};
+use hitl_ledger::serving::ConnectionLimits;
 use serde_json::{Value, json};
 
 use crate::http::*;
@@ -58,6 +59,18 @@ impl TestServer {
         )
     }
 
+    /// A server with these connection limits, whose event streams use `timing`.
+    pub fn start_connections(timing: StreamTiming, connections: ConnectionLimits) -> TestServer {
+        TestServer::start_with_connections(
+            CommitConfig::default(),
+            None,
+            Some(timing),
+            None,
+            None,
+            Some(connections),
+        )
+    }
+
     fn start_opts(
         commit: CommitConfig,
         max_in_flight: Option<usize>,
@@ -73,6 +86,17 @@ impl TestServer {
         timing: Option<StreamTiming>,
         limits: Option<StreamLimits>,
         bodies: Option<BodyTiming>,
+    ) -> TestServer {
+        TestServer::start_with_connections(commit, max_in_flight, timing, limits, bodies, None)
+    }
+
+    fn start_with_connections(
+        commit: CommitConfig,
+        max_in_flight: Option<usize>,
+        timing: Option<StreamTiming>,
+        limits: Option<StreamLimits>,
+        bodies: Option<BodyTiming>,
+        connections: Option<ConnectionLimits>,
     ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         Ledger::init_with(dir.path(), ORIGIN, crate::engine::for_new_ledger()).unwrap();
@@ -117,6 +141,9 @@ impl TestServer {
                 }
                 if let Some(l) = limits {
                     state = state.with_stream_limits(l);
+                }
+                if let Some(c) = connections {
+                    state = state.with_connection_limits(c);
                 }
                 // The address goes to the test only once the tokens file is loaded and
                 // watched: a token the test adds from then on is a change the server sees.
@@ -1114,7 +1141,8 @@ fn integer_query_parameters_are_canonical_decimal() {
     }
 }
 
-/// The stream bounds of `serve` refuse values that cannot work, before anything starts.
+/// The stream and connection bounds of `serve` refuse values that cannot work, before
+/// anything starts.
 #[test]
 fn serve_refuses_stream_bounds_that_cannot_work() {
     let dir = tempfile::tempdir().unwrap();
@@ -1129,6 +1157,9 @@ fn serve_refuses_stream_bounds_that_cannot_work() {
             vec!["--stream-stall-seconds", "0"],
             "--stream-stall-seconds",
         ),
+        (vec!["--max-connections", "0"], "--max-connections"),
+        (vec!["--max-connections", "1048577"], "--max-connections"),
+        (vec!["--header-timeout-ms", "0"], "--header-timeout-ms"),
     ] {
         let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
         all.extend(args.iter().copied());

@@ -225,6 +225,14 @@ pub enum Command {
         /// consumer resumes with Last-Event-ID).
         #[arg(long, default_value_t = hitl_ledger::server::events::STALL.as_secs())]
         stream_stall_seconds: u64,
+        /// Connections served at once; past it no connection is accepted until one closes
+        /// (new ones wait in the listen queue).
+        #[arg(long, default_value_t = hitl_ledger::serving::MAX_CONNECTIONS)]
+        max_connections: usize,
+        /// Milliseconds a connection has to send a request's head (each request's, so an idle
+        /// kept-alive connection is closed after it too).
+        #[arg(long, default_value_t = hitl_ledger::serving::HEADER_TIMEOUT.as_millis() as u64)]
+        header_timeout_ms: u64,
         /// Initialize the data directory first when it holds no ledger (with --origin), and
         /// create one token per role, printed once.
         #[arg(long)]

@@ -134,6 +134,8 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             max_streams_per_principal,
             stream_buffer_bytes,
             stream_stall_seconds,
+            max_connections,
+            header_timeout_ms,
             init,
             origin,
             witness_interval_s,
@@ -159,6 +161,16 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     "--max-streams, --max-streams-per-principal and --stream-stall-seconds must be at least 1",
                 ));
             }
+            if !(1..=1 << 20).contains(&max_connections) || header_timeout_ms == 0 {
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    "--max-connections must be 1 to 1048576 and --header-timeout-ms at least 1",
+                ));
+            }
+            let connections = hitl_ledger::serving::ConnectionLimits {
+                max_connections,
+                header_timeout: std::time::Duration::from_millis(header_timeout_ms),
+            };
             if init && !dir.join(files::CONFIG).exists() {
                 crate::serve::init_for_serve(&dir, &origin, tokens.as_deref())?;
             }
@@ -177,6 +189,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     policy,
                     commit,
                     streams,
+                    connections,
                     witness_interval: witnesses,
                     read_database,
                 },

@@ -47,6 +47,8 @@ pub struct Serving {
     pub commit: CommitConfig,
     /// The event streams' bounds.
     pub streams: hitl_ledger::server::events::StreamLimits,
+    /// The connections served at once and the time each has to send a request's head.
+    pub connections: hitl_ledger::serving::ConnectionLimits,
     /// Between two rounds of the witness submitter (zero: no submitter).
     pub witness_interval: std::time::Duration,
     /// Where the audit routes read (a hot standby of the ledger's PostgreSQL database).
@@ -60,6 +62,7 @@ pub fn serve(dir: &Path, listen: &str, s: Serving) -> Result<Outcome> {
         policy,
         commit,
         streams,
+        connections,
         witness_interval,
         read_database,
     } = s;
@@ -113,7 +116,8 @@ pub fn serve(dir: &Path, listen: &str, s: Serving) -> Result<Outcome> {
         let mut state =
             hitl_ledger::server::AppState::new(std::sync::Arc::clone(&ledger), tokens, commit)
                 .watch_tokens_file(&tokens_path)
-                .with_stream_limits(streams);
+                .with_stream_limits(streams)
+                .with_connection_limits(connections);
         if let Some(reader) = audit {
             state = state.with_audit_reader(reader);
         }

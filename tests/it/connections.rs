@@ -1,0 +1,113 @@
+//! The connection loop both servers run (`hitl_ledger::serving`): a connection that never
+//! sends a whole request head is closed at its deadline, and past the connection cap nothing
+//! more is accepted until a connection closes. The connections are raw TCP, so they can hold
+//! a head half sent or send nothing at all.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use hitl_ledger::server::events::StreamTiming;
+use hitl_ledger::serving::ConnectionLimits;
+
+use crate::server::TestServer;
+
+/// Reads until the server closes the connection or `wait` passes: what was read, and whether
+/// the connection was closed.
+fn read_until_closed(c: &mut TcpStream, wait: Duration) -> (Vec<u8>, bool) {
+    c.set_read_timeout(Some(wait)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            // A reset is the server closing too.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
+            Err(_) => return (got, false),
+        }
+    }
+}
+
+/// The status of the first answer in `raw`, if a whole status line was read.
+fn status(raw: &[u8]) -> Option<u16> {
+    let text = String::from_utf8_lossy(raw);
+    text.lines().next()?.split(' ').nth(1)?.parse().ok()
+}
+
+fn healthz(addr: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    c
+}
+
+fn limits(max_connections: usize, header_timeout: Duration) -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections,
+        header_timeout,
+    }
+}
+
+/// Regression: a connection that sent half a request head, or nothing, held its task and its
+/// descriptor for as long as it stayed open. It is now closed at the header deadline, and a
+/// complete request on another connection is answered meanwhile.
+#[test]
+fn regression_a_connection_that_never_sends_a_whole_head_is_closed_at_its_deadline() {
+    let s = TestServer::start_connections(
+        StreamTiming::default(),
+        limits(64, Duration::from_millis(300)),
+    );
+    let mut half = TcpStream::connect(s.addr).unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .unwrap();
+    let mut silent = TcpStream::connect(s.addr).unwrap();
+    let (_, closed) = read_until_closed(&mut half, Duration::from_secs(20));
+    assert!(closed, "a half-sent head was not cut at its deadline");
+    let (answer, closed) = read_until_closed(&mut silent, Duration::from_secs(20));
+    assert!(closed, "a silent connection was not closed at the deadline");
+    // Nothing was asked, so nothing but a timeout's answer may come back.
+    assert!(
+        answer.is_empty() || status(&answer) == Some(408),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let (answer, closed) = read_until_closed(&mut healthz(s.addr), Duration::from_secs(20));
+    assert!(closed);
+    assert_eq!(
+        status(&answer),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+/// Regression: connections had no bound, so enough idle ones exhausted the process's
+/// descriptors. Past the cap nothing more is accepted: a request on a new connection waits in
+/// the listen queue, and is answered once a connection that held a place closes.
+#[test]
+fn regression_past_the_connection_cap_a_new_connection_waits_for_a_place() {
+    let s =
+        TestServer::start_connections(StreamTiming::default(), limits(2, Duration::from_secs(600)));
+    // Two idle connections, accepted in the order they arrived, take both places.
+    let first = TcpStream::connect(s.addr).unwrap();
+    let _second = TcpStream::connect(s.addr).unwrap();
+    let mut third = healthz(s.addr);
+    let (answer, closed) = read_until_closed(&mut third, Duration::from_millis(1500));
+    assert!(
+        answer.is_empty() && !closed,
+        "a third connection was served past a cap of two: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(first);
+    let (answer, closed) = read_until_closed(&mut third, Duration::from_secs(30));
+    assert!(closed);
+    assert_eq!(
+        status(&answer),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
