@@ -1160,6 +1160,12 @@ fn serve_refuses_stream_bounds_that_cannot_work() {
         (vec!["--max-connections", "0"], "--max-connections"),
         (vec!["--max-connections", "1048577"], "--max-connections"),
         (vec!["--header-timeout-ms", "0"], "--header-timeout-ms"),
+        // Streams could hold every place: the default --max-streams is 256.
+        (vec!["--max-connections", "256"], "--max-streams"),
+        (
+            vec!["--max-connections", "100", "--max-streams", "100"],
+            "--max-streams",
+        ),
     ] {
         let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
         all.extend(args.iter().copied());

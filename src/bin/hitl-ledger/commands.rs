@@ -167,6 +167,16 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     "--max-connections must be 1 to 1048576 and --header-timeout-ms at least 1",
                 ));
             }
+            if max_connections <= max_streams {
+                // A stream holds its connection for its whole life: with no place left over,
+                // open streams could keep every request, a reviewer's decision included, out.
+                return Err(Error::new(
+                    ErrorCode::Usage,
+                    format!(
+                        "--max-connections ({max_connections}) must be greater than --max-streams ({max_streams}): streams hold their connections, and requests need places too"
+                    ),
+                ));
+            }
             let connections = hitl_ledger::serving::ConnectionLimits {
                 max_connections,
                 header_timeout: std::time::Duration::from_millis(header_timeout_ms),
