@@ -421,13 +421,13 @@ pub fn decode(raw: &[u8]) -> String {
             b'r' => (b'\r', 2),
             b't' => (b'\t', 2),
             b'u' => {
+                // Canonical escapes are `\u00` and two lowercase hex digits; anything else
+                // (only reachable by a caller that did not check first) decodes to 0, never
+                // panics.
                 let hex = raw.get(i + 4..i + 6).unwrap_or(b"00");
-                let v = hex.iter().fold(0u8, |v, h| {
-                    (v << 4)
-                        | match h {
-                            b'0'..=b'9' => h - b'0',
-                            _ => h.wrapping_sub(b'a') + 10,
-                        }
+                let v = hex.iter().fold(0u8, |v, &h| {
+                    let digit = char::from(h).to_digit(16).unwrap_or(0);
+                    (v << 4) | u8::try_from(digit).unwrap_or(0)
                 });
                 (v, 6)
             }
@@ -443,6 +443,18 @@ pub fn decode(raw: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `decode` is public: contents that were not checked first decode to something, never
+    /// a panic (a digit that is not hex read as 0), and canonical escapes decode exactly.
+    #[test]
+    fn decode_of_unchecked_contents_never_panics() {
+        assert_eq!(decode(br"a\u001fb\n"), "a\u{1f}b\n");
+        assert_eq!(decode(br"\u00__"), "\0");
+        assert_eq!(decode(br"\u00zz"), "\0");
+        assert_eq!(decode(br"\u"), "\0");
+        assert_eq!(decode(br"\"), "\\");
+        assert_eq!(decode(br"\q"), "q");
+    }
     use proptest::prelude::*;
     use serde_json::{Map, Value, json};
 
