@@ -189,8 +189,9 @@ impl AppState {
         self
     }
 
-    /// Bounds the connections served at once and the time each has to send a request's head
-    /// (default [`crate::serving::MAX_CONNECTIONS`], [`crate::serving::HEADER_TIMEOUT`]).
+    /// Bounds the connections served at once, the time each has to send a request's head and
+    /// the time an answer may stay unread (defaults: [`crate::serving::ConnectionLimits`]'s;
+    /// the last is never shorter than the event streams' stall time).
     pub fn with_connection_limits(mut self, limits: crate::serving::ConnectionLimits) -> AppState {
         self.connection_limits = limits;
         self
@@ -395,7 +396,9 @@ pub async fn serve(
         // Event streams never finish by themselves: end them so the graceful shutdown can.
         streams.stop_streams();
     };
-    let limits = state.connection_limits;
+    // An answer may stay unread at least as long as a stream's outbox may stay full.
+    let mut limits = state.connection_limits;
+    limits.write_timeout = limits.write_timeout.max(state.streams.limits().stall);
     crate::serving::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
     let _ = sweeper.await;

@@ -36,25 +36,26 @@ pub async fn serve(
         .await
         .map_err(|e| Error::storage("opening the witness", e))??;
     let witness = Arc::new(Witness::new(opened, Arc::new(SystemClock)));
-    serve_witness(witness, listener, shutdown).await
+    serve_witness(
+        witness,
+        listener,
+        crate::serving::ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
 }
 
-/// Serves an open witness on `listener` until `shutdown` resolves, within the default
-/// connection limits ([`crate::serving`]).
+/// Serves an open witness on `listener` until `shutdown` resolves, within `limits`
+/// ([`crate::serving`]).
 ///
 /// # Errors
 /// None today (a failed accept is logged and retried); kept for the callers' `?`.
 pub async fn serve_witness(
     witness: Arc<Witness>,
     listener: tokio::net::TcpListener,
+    limits: crate::serving::ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    crate::serving::serve(
-        listener,
-        http::router(witness),
-        crate::serving::ConnectionLimits::default(),
-        shutdown,
-    )
-    .await;
+    crate::serving::serve(listener, http::router(witness), limits, shutdown).await;
     Ok(())
 }

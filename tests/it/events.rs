@@ -542,6 +542,7 @@ fn a_stream_outlives_the_header_deadline() {
         hitl_ledger::serving::ConnectionLimits {
             max_connections: 64,
             header_timeout: Duration::from_millis(300),
+            ..Default::default()
         },
     );
     let mut sse = stream(s.addr, s.t("reviewer"), "", None);

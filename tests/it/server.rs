@@ -1160,6 +1160,14 @@ fn serve_refuses_stream_bounds_that_cannot_work() {
         (vec!["--max-connections", "0"], "--max-connections"),
         (vec!["--max-connections", "1048577"], "--max-connections"),
         (vec!["--header-timeout-ms", "0"], "--header-timeout-ms"),
+        (
+            vec!["--header-timeout-ms", "18446744073709551615"],
+            "--header-timeout-ms",
+        ),
+        (
+            vec!["--stream-stall-seconds", "18446744073709551615"],
+            "--stream-stall-seconds",
+        ),
         // Streams could hold every place: the default --max-streams is 256.
         (vec!["--max-connections", "256"], "--max-streams"),
         (

@@ -431,5 +431,13 @@ pub enum WitnessCommand {
         /// Address to listen on (port 0 picks a free port; the first line printed names it).
         #[arg(long, default_value = "127.0.0.1:8081")]
         listen: String,
+        /// Connections served at once; past it no connection is accepted until one closes
+        /// (new ones wait in the listen queue).
+        #[arg(long, default_value_t = hitl_ledger::serving::MAX_CONNECTIONS)]
+        max_connections: usize,
+        /// Milliseconds a connection has to send a request's head (each request's, so an idle
+        /// kept-alive connection is closed after it too).
+        #[arg(long, default_value_t = hitl_ledger::serving::HEADER_TIMEOUT.as_millis() as u64)]
+        header_timeout_ms: u64,
     },
 }

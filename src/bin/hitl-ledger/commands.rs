@@ -161,12 +161,20 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     "--max-streams, --max-streams-per-principal and --stream-stall-seconds must be at least 1",
                 ));
             }
-            if !(1..=1 << 20).contains(&max_connections) || header_timeout_ms == 0 {
+            // A longer stall would overflow the clock when a stream's deadline is set.
+            let longest = hitl_ledger::serving::LONGEST_TIMEOUT.as_secs();
+            if stream_stall_seconds > longest {
                 return Err(Error::new(
                     ErrorCode::Usage,
-                    "--max-connections must be 1 to 1048576 and --header-timeout-ms at least 1",
+                    format!("--stream-stall-seconds must be at most {longest} (a year)"),
                 ));
             }
+            // An answer may stay unread as long as a stream's buffer may stay full.
+            let connections = crate::serve::connection_limits(
+                max_connections,
+                header_timeout_ms,
+                std::time::Duration::from_secs(stream_stall_seconds),
+            )?;
             if max_connections <= max_streams {
                 // A stream holds its connection for its whole life: with no place left over,
                 // open streams could keep every request, a reviewer's decision included, out.
@@ -177,10 +185,6 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     ),
                 ));
             }
-            let connections = hitl_ledger::serving::ConnectionLimits {
-                max_connections,
-                header_timeout: std::time::Duration::from_millis(header_timeout_ms),
-            };
             if init && !dir.join(files::CONFIG).exists() {
                 crate::serve::init_for_serve(&dir, &origin, tokens.as_deref())?;
             }

@@ -55,6 +55,51 @@ pub struct Serving {
     pub read_database: Option<String>,
 }
 
+/// The connection bounds of `serve` and `witness serve` from their flags, refused when they
+/// cannot work; a warning when the process may open fewer files than the connections it would
+/// hold and the storage engine's files need.
+///
+/// # Errors
+/// `usage` for a cap of 0 or past [`hitl_ledger::serving::CONNECTIONS_CEILING`], or a header
+/// deadline of 0 or past [`hitl_ledger::serving::LONGEST_TIMEOUT`].
+pub fn connection_limits(
+    max_connections: usize,
+    header_timeout_ms: u64,
+    write_timeout: std::time::Duration,
+) -> Result<hitl_ledger::serving::ConnectionLimits> {
+    let ceiling = hitl_ledger::serving::CONNECTIONS_CEILING;
+    let longest_ms = hitl_ledger::serving::LONGEST_TIMEOUT.as_millis();
+    if !(1..=ceiling).contains(&max_connections)
+        || header_timeout_ms == 0
+        || u128::from(header_timeout_ms) > longest_ms
+    {
+        return Err(usage(format!(
+            "--max-connections must be 1 to {ceiling} and --header-timeout-ms 1 to {longest_ms}"
+        )));
+    }
+    // Room for the storage engine's files, the tokens file and the listener beside them.
+    const RESERVE: u64 = 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+        && (max_connections as u64).saturating_add(RESERVE) > limit.rlim_cur
+    {
+        eprintln!(
+            "warning: this process may open {} files, fewer than --max-connections {max_connections} and {RESERVE} for its own files; raise the limit (ulimit -n) or lower --max-connections",
+            limit.rlim_cur
+        );
+    }
+    Ok(hitl_ledger::serving::ConnectionLimits {
+        max_connections,
+        header_timeout: std::time::Duration::from_millis(header_timeout_ms),
+        write_timeout,
+    })
+}
+
 /// `serve`: the HTTP API until SIGTERM or SIGINT.
 pub fn serve(dir: &Path, listen: &str, s: Serving) -> Result<Outcome> {
     let Serving {

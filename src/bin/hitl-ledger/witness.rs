@@ -25,7 +25,18 @@ pub fn run(data: Option<PathBuf>, f: Format, cmd: WitnessCommand) -> Result<Outc
         WitnessCommand::Key => key(&dir, f),
         WitnessCommand::AddLog { origin, key } => add_log(&dir, f, &origin, &key),
         WitnessCommand::Logs => logs(&dir, f),
-        WitnessCommand::Serve { listen } => serve(&dir, &listen),
+        WitnessCommand::Serve {
+            listen,
+            max_connections,
+            header_timeout_ms,
+        } => {
+            let limits = crate::serve::connection_limits(
+                max_connections,
+                header_timeout_ms,
+                hitl_ledger::serving::WRITE_TIMEOUT,
+            )?;
+            serve(&dir, &listen, limits)
+        }
     }
 }
 
@@ -98,7 +109,11 @@ fn logs(dir: &Path, f: Format) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-fn serve(dir: &Path, listen: &str) -> Result<Outcome> {
+fn serve(
+    dir: &Path,
+    listen: &str,
+    limits: hitl_ledger::serving::ConnectionLimits,
+) -> Result<Outcome> {
     hitl_ledger::server::init_logging();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,6 +140,7 @@ fn serve(dir: &Path, listen: &str) -> Result<Outcome> {
         hitl_ledger::witness_server::serve_witness(
             w,
             listener,
+            limits,
             hitl_ledger::server::shutdown_signal(),
         )
         .await
