@@ -2,7 +2,7 @@
 //! bytes in flight, and a body that does not keep the minimum pace is cut and its bytes given
 //! back. The connections are raw TCP, so they can hold a body half sent.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -45,21 +45,7 @@ fn answer_so_far(c: &mut TcpStream, wait: Duration) -> Vec<u8> {
 
 /// [`answer_so_far`], and whether the server closed the connection after it.
 fn read_answer(c: &mut TcpStream, wait: Duration) -> (Vec<u8>, bool) {
-    c.set_read_timeout(Some(wait)).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) => return (got, true),
-            Ok(n) => {
-                got.extend_from_slice(&buf[..n]);
-                c.set_read_timeout(Some(Duration::from_millis(500)))
-                    .unwrap();
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
-            Err(_) => return (got, false),
-        }
-    }
+    read_raw(c, wait, Duration::from_millis(500))
 }
 
 /// The status and the JSON body of a raw answer, checked against the OpenAPI document.

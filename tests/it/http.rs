@@ -145,3 +145,23 @@ pub fn post(addr: SocketAddr, path: &str, token: &str, body: &Value) -> Resp {
 pub fn get(addr: SocketAddr, path: &str, token: &str) -> Resp {
     send(addr, "GET", path, Some(token), None, b"").unwrap()
 }
+
+/// Reads a raw connection: waits at most `first` for the first byte, then `then` for each next
+/// one; what was read, and whether the server closed the connection (a reset counts) rather
+/// than paused.
+pub fn read_raw(c: &mut TcpStream, first: Duration, then: Duration) -> (Vec<u8>, bool) {
+    c.set_read_timeout(Some(first)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                c.set_read_timeout(Some(then)).unwrap();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
+            Err(_) => return (got, false),
+        }
+    }
+}
