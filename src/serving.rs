@@ -77,6 +77,56 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// What [`serve`] counts, for a server's `/metrics`: the connections open now, and the
+/// connections ended by a deadline.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    open: std::sync::atomic::AtomicUsize,
+    write_timeouts: std::sync::atomic::AtomicU64,
+}
+
+impl Gauges {
+    /// Connections being served now.
+    pub fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Connections ended because their answer went unread for the write deadline.
+    pub fn write_timeouts(&self) -> u64 {
+        self.write_timeouts
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The gauges as Prometheus text, beside the cap they are held to.
+    pub fn render(&self, max_connections: usize) -> String {
+        format!(
+            "# HELP hitl_ledger_connections_open Connections being served now (at the cap, new ones wait in the listen queue).\n# TYPE hitl_ledger_connections_open gauge\nhitl_ledger_connections_open {}\n# HELP hitl_ledger_connections_max The most connections served at once (--max-connections).\n# TYPE hitl_ledger_connections_max gauge\nhitl_ledger_connections_max {max_connections}\n# HELP hitl_ledger_connections_write_timeouts_total Connections ended because their answer went unread for the write deadline.\n# TYPE hitl_ledger_connections_write_timeouts_total counter\nhitl_ledger_connections_write_timeouts_total {}\n",
+            self.open(),
+            self.write_timeouts()
+        )
+    }
+}
+
+/// Counts a connection open while it lives.
+struct Counted(Arc<Gauges>);
+
+impl Counted {
+    fn new(gauges: Arc<Gauges>) -> Counted {
+        gauges
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Counted(gauges)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Serves `app` on `listener` within `limits` until `shutdown` resolves, then lets every
 /// connection finish its request in flight and returns once all are closed, or after
 /// [`SHUTDOWN_GRACE`]. A failed accept (a connection reset before it was taken, descriptors
@@ -86,6 +136,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     limits: ConnectionLimits,
+    gauges: Arc<Gauges>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let max = limits.max_connections.clamp(1, CONNECTIONS_CEILING);
@@ -128,11 +179,16 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let io = TokioIo::new(WriteDeadline::new(stream, write_timeout));
+        let counted = Counted::new(Arc::clone(&gauges));
+        let io = TokioIo::new(WriteDeadline::new(
+            stream,
+            write_timeout,
+            Arc::clone(&gauges),
+        ));
         let service = TowerToHyperService::new(app.clone());
         let mut stop = stop_rx.clone();
         connections.spawn(async move {
-            let _place = permit;
+            let _place = (permit, counted);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -210,15 +266,18 @@ struct WriteDeadline<T> {
     /// Running while a write is blocked: when it fires, the write fails.
     timer: Pin<Box<tokio::time::Sleep>>,
     armed: bool,
+    /// Where a write that timed out is counted.
+    gauges: Arc<Gauges>,
 }
 
 impl<T> WriteDeadline<T> {
-    fn new(inner: T, timeout: Duration) -> WriteDeadline<T> {
+    fn new(inner: T, timeout: Duration, gauges: Arc<Gauges>) -> WriteDeadline<T> {
         WriteDeadline {
             inner,
             timeout,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: false,
+            gauges,
         }
     }
 
@@ -241,10 +300,16 @@ impl<T> WriteDeadline<T> {
                     self.timer.as_mut().reset(deadline);
                 }
                 match self.timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "the client read none of the answer within the write deadline",
-                    ))),
+                    Poll::Ready(()) => {
+                        // Counted once: the error ends the connection.
+                        self.gauges
+                            .write_timeouts
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the client read none of the answer within the write deadline",
+                        )))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }

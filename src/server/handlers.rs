@@ -512,6 +512,7 @@ async fn dispatch(
             ));
             text.push_str(&st.render_tokens_metrics());
             text.push_str(&st.streams.render());
+            text.push_str(&st.connections.render(st.connection_limits.max_connections));
             // The witnesses' gauges name no tenant: every reader of /metrics gets them.
             let wm = Arc::clone(&st.witness_metrics);
             match blocking(st, move |l| wm.render(l)).await {

@@ -48,6 +48,8 @@ pub struct AppState {
     body_timing: BodyTiming,
     /// The connections served at once and the time each has to send a request's head.
     connection_limits: crate::serving::ConnectionLimits,
+    /// The connection loop's gauges (`/metrics`).
+    connections: Arc<crate::serving::Gauges>,
     /// False while the watched tokens file does not load: every bearer token is refused
     /// (fail closed) until it loads again.
     tokens_ok: std::sync::atomic::AtomicBool,
@@ -126,6 +128,7 @@ impl AppState {
             budget: body::Budget::new(MAX_IN_FLIGHT_BYTES),
             body_timing: BodyTiming::default(),
             connection_limits: crate::serving::ConnectionLimits::default(),
+            connections: Arc::default(),
             tokens_ok: std::sync::atomic::AtomicBool::new(true),
             tokens_failures: std::sync::atomic::AtomicU64::new(0),
             tokens_changed: tokio::sync::watch::Sender::new(0),
@@ -399,7 +402,8 @@ pub async fn serve(
     // An answer may stay unread at least as long as a stream's outbox may stay full.
     let mut limits = state.connection_limits;
     limits.write_timeout = limits.write_timeout.max(state.streams.limits().stall);
-    crate::serving::serve(listener, app, limits, shutdown).await;
+    let gauges = Arc::clone(&state.connections);
+    crate::serving::serve(listener, app, limits, gauges, shutdown).await;
     sweeper.abort();
     let _ = sweeper.await;
     reloader.abort();

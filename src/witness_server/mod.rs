@@ -56,6 +56,7 @@ pub async fn serve_witness(
     limits: crate::serving::ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    crate::serving::serve(listener, http::router(witness), limits, shutdown).await;
+    let gauges = Arc::new(crate::serving::Gauges::default());
+    crate::serving::serve(listener, http::router(witness), limits, gauges, shutdown).await;
     Ok(())
 }

@@ -47,6 +47,9 @@ fn healthz(addr: SocketAddr) -> TcpStream {
     c
 }
 
+/// The streams' stall time of these servers (the default's).
+const STALL: Duration = hitl_ledger::server::events::STALL;
+
 fn limits(max_connections: usize, header_timeout: Duration) -> ConnectionLimits {
     ConnectionLimits {
         max_connections,
@@ -62,6 +65,7 @@ fn limits(max_connections: usize, header_timeout: Duration) -> ConnectionLimits 
 fn regression_a_connection_that_never_sends_a_whole_head_is_closed_at_its_deadline() {
     let s = TestServer::start_connections(
         StreamTiming::default(),
+        STALL,
         limits(64, Duration::from_millis(300)),
     );
     let mut half = TcpStream::connect(s.addr).unwrap();
@@ -82,8 +86,11 @@ fn regression_a_connection_that_never_sends_a_whole_head_is_closed_at_its_deadli
 /// the listen queue, and is answered once a connection that held a place closes.
 #[test]
 fn regression_past_the_connection_cap_a_new_connection_waits_for_a_place() {
-    let s =
-        TestServer::start_connections(StreamTiming::default(), limits(2, Duration::from_secs(600)));
+    let s = TestServer::start_connections(
+        StreamTiming::default(),
+        STALL,
+        limits(2, Duration::from_secs(600)),
+    );
     // Two idle connections, accepted in the order they arrived, take both places.
     let first = TcpStream::connect(s.addr).unwrap();
     let _second = TcpStream::connect(s.addr).unwrap();
@@ -106,6 +113,8 @@ fn regression_past_the_connection_cap_a_new_connection_waits_for_a_place() {
 fn regression_a_client_that_never_reads_its_answers_loses_its_place() {
     let s = TestServer::start_connections(
         StreamTiming::default(),
+        // The write deadline is never shorter than the streams' stall time.
+        Duration::from_millis(300),
         ConnectionLimits {
             max_connections: 1,
             header_timeout: Duration::from_secs(600),
@@ -117,8 +126,10 @@ fn regression_a_client_that_never_reads_its_answers_loses_its_place() {
     let mut hog = TcpStream::connect(s.addr).unwrap();
     let ask = format!("GET /console/app.js HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr);
     hog.write_all(ask.repeat(400).as_bytes()).unwrap();
-    // The place of a client that reads nothing is freed: the next one is answered.
-    answered_ok(&mut healthz(s.addr), Duration::from_secs(30));
+    // The place of a client that reads nothing is freed: the next one is answered (well
+    // within the 30 s a default deadline would take).
+    answered_ok(&mut healthz(s.addr), Duration::from_secs(10));
+    assert!(s.metric("hitl_ledger_connections_write_timeouts_total") >= 1);
     drop(hog);
 }
 
@@ -138,4 +149,24 @@ fn witness_serve_refuses_connection_bounds_that_cannot_work() {
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+/// `/metrics` shows the connections open and the cap, so a server at its cap (clients waiting
+/// in the listen queue) is visible.
+#[test]
+fn the_open_connections_and_the_cap_are_gauges() {
+    let s = TestServer::start_connections(
+        StreamTiming::default(),
+        STALL,
+        limits(8, Duration::from_secs(600)),
+    );
+    assert_eq!(s.metric("hitl_ledger_connections_max"), 8);
+    let idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    // The three idle ones and the scrape's own.
+    s.wait_metric("hitl_ledger_connections_open", |n| n == 4);
+    drop(idle);
+    s.wait_metric("hitl_ledger_connections_open", |n| n == 1);
+    assert_eq!(s.metric("hitl_ledger_connections_write_timeouts_total"), 0);
 }

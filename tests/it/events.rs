@@ -539,6 +539,7 @@ fn a_stream_outlives_the_header_deadline() {
             heartbeat: Duration::from_millis(200),
             poll: Duration::from_millis(100),
         },
+        hitl_ledger::server::events::STALL,
         hitl_ledger::serving::ConnectionLimits {
             max_connections: 64,
             header_timeout: Duration::from_millis(300),

@@ -59,13 +59,21 @@ impl TestServer {
         )
     }
 
-    /// A server with these connection limits, whose event streams use `timing`.
-    pub fn start_connections(timing: StreamTiming, connections: ConnectionLimits) -> TestServer {
+    /// A server with these connection limits, whose event streams use `timing` and stall after
+    /// `stall` (the server's write deadline is never shorter than the streams' stall time).
+    pub fn start_connections(
+        timing: StreamTiming,
+        stall: std::time::Duration,
+        connections: ConnectionLimits,
+    ) -> TestServer {
         TestServer::start_with_connections(
             CommitConfig::default(),
             None,
             Some(timing),
-            None,
+            Some(StreamLimits {
+                stall,
+                ..StreamLimits::default()
+            }),
             None,
             Some(connections),
         )
