@@ -50,12 +50,18 @@ fn healthz(addr: SocketAddr) -> TcpStream {
 /// The streams' stall time of these servers (the default's).
 const STALL: Duration = hitl_ledger::server::events::STALL;
 
-fn limits(max_connections: usize, header_timeout: Duration) -> ConnectionLimits {
-    ConnectionLimits {
-        max_connections,
-        header_timeout,
-        ..ConnectionLimits::default()
-    }
+/// A server serving `max_connections` at once, with `header_timeout` for each head and the
+/// default streams and write deadline.
+fn server(max_connections: usize, header_timeout: Duration) -> TestServer {
+    TestServer::start_connections(
+        StreamTiming::default(),
+        STALL,
+        ConnectionLimits {
+            max_connections,
+            header_timeout,
+            ..ConnectionLimits::default()
+        },
+    )
 }
 
 /// Regression: a connection that sent half a request head, or nothing, held its task and its
@@ -63,11 +69,7 @@ fn limits(max_connections: usize, header_timeout: Duration) -> ConnectionLimits 
 /// complete request on another connection is answered meanwhile.
 #[test]
 fn regression_a_connection_that_never_sends_a_whole_head_is_closed_at_its_deadline() {
-    let s = TestServer::start_connections(
-        StreamTiming::default(),
-        STALL,
-        limits(64, Duration::from_millis(300)),
-    );
+    let s = server(64, Duration::from_millis(300));
     let mut half = TcpStream::connect(s.addr).unwrap();
     half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         .unwrap();
@@ -86,11 +88,7 @@ fn regression_a_connection_that_never_sends_a_whole_head_is_closed_at_its_deadli
 /// the listen queue, and is answered once a connection that held a place closes.
 #[test]
 fn regression_past_the_connection_cap_a_new_connection_waits_for_a_place() {
-    let s = TestServer::start_connections(
-        StreamTiming::default(),
-        STALL,
-        limits(2, Duration::from_secs(600)),
-    );
+    let s = server(2, Duration::from_secs(600));
     // Two idle connections, accepted in the order they arrived, take both places.
     let first = TcpStream::connect(s.addr).unwrap();
     let _second = TcpStream::connect(s.addr).unwrap();
@@ -155,11 +153,7 @@ fn witness_serve_refuses_connection_bounds_that_cannot_work() {
 /// in the listen queue) is visible.
 #[test]
 fn the_open_connections_and_the_cap_are_gauges() {
-    let s = TestServer::start_connections(
-        StreamTiming::default(),
-        STALL,
-        limits(8, Duration::from_secs(600)),
-    );
+    let s = server(8, Duration::from_secs(600));
     assert_eq!(s.metric("hitl_ledger_connections_max"), 8);
     let idle: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(s.addr).unwrap())
