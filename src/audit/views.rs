@@ -41,7 +41,7 @@ pub fn export_csv(ledger: &Ledger, thread_id: &str, out: &mut dyn std::io::Write
             r.actor.principal.clone(),
             r.actor.role.clone(),
             hex_hash(h),
-            Value::Object(r.body.clone()).to_string(),
+            Value::Object(r.body.to_map()).to_string(),
         ];
         let line: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
         writeln!(out, "{}", line.join(","))?;

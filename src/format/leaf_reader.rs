@@ -9,9 +9,10 @@
 //!    reports where each of the outermost object's members lies;
 //! 2. each envelope member is read with the type the reader requires (a string, a plain
 //!    integer within 2^53 − 1, 64 lowercase hex digits, `null` where allowed), the actor's
-//!    members the same way from its own slice, and only the body, the one part of a record
-//!    whose fields are open JSON (an action's arguments, a policy document), is parsed into
-//!    the map the record holds;
+//!    members the same way from its own slice, and the body's members the same way into its
+//!    kind's typed body; only the parts that are open JSON by definition (an action's
+//!    arguments, a policy document, a follow-up's detail object, the string lists) are parsed
+//!    as JSON;
 //! 3. the typed record then keeps every envelope and body rule the reader checks
 //!    ([`Record::check_fields`]).
 //!
@@ -24,8 +25,12 @@
 
 use std::ops::Range;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use super::body::{
+    AuthorizationBody, Body, DecisionBody, Detail, FollowUpBody, InterruptBody, PolicyBody,
+    RefusalBody, RejectionBody, ReviewBody, RevocationBody, TimeoutBody,
+};
 use super::jcs::{self, MAX_SAFE_INTEGER};
 use super::jcs_check::{self, Member};
 use super::record::{Actor, FORMAT_VERSION, Kind, Reach, Record, parse_hex_hash};
@@ -77,19 +82,14 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
         reach: Reach::All,
         groups: Vec::new(),
     };
-    let body = field("body")?;
-    if body.first() != Some(&b'{') {
-        return None;
-    }
-    let Ok(Value::Object(body)) = jcs::parse(body, jcs::ParseOptions::default()) else {
-        return None;
-    };
+    let kind = Kind::parse(&string(field("kind")?)?)?;
+    let body = body(kind, field("body")?)?;
     let record = Record {
         origin: string(field("origin")?)?,
         seq: integer(field("seq")?)?,
         prev: hash(field("prev")?)?,
         ts: Timestamp::parse(&string(field("ts")?)?).ok()?,
-        kind: Kind::parse(&string(field("kind")?)?)?,
+        kind,
         thread_id: string(field("thread_id")?)?,
         run_id: optional(field("run_id")?)?,
         checkpoint_ns: string(field("checkpoint_ns")?)?,
@@ -102,6 +102,251 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
     };
     record.check_fields().ok()?;
     Some(record)
+}
+
+/// Reads the body of a `kind` record, its members by their types (only the open JSON parts, an
+/// action's arguments, a policy document, a follow-up's detail object, are parsed as JSON);
+/// `None` for a member missing, unknown or of another type.
+fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
+    /// The members of each kind's body, in canonical order.
+    const INTERRUPT: [&str; 10] = [
+        "action_digest",
+        "action_schema",
+        "allowed_decisions",
+        "args",
+        "edit_of",
+        "expires_at",
+        "interrupt_id",
+        "policy",
+        "redacted",
+        "tool",
+    ];
+    const DECISION: [&str; 11] = [
+        "approvals",
+        "approvals_required",
+        "approved_as",
+        "break_glass",
+        "decision",
+        "edited_digest",
+        "expires_at",
+        "rationale",
+        "reason",
+        "superseded_by",
+        "ticket_id",
+    ];
+    const REJECTION: [&str; 3] = ["rationale", "reason_code", "ticket_id"];
+    const FOLLOW_UP: [&str; 5] = [
+        "detail",
+        "follow_up_id",
+        "follows",
+        "operation_id",
+        "outcome",
+    ];
+    const AUTHORIZATION: [&str; 10] = [
+        "action_digest",
+        "attempt_id",
+        "code",
+        "evaluated_at",
+        "expires_at",
+        "granted",
+        "idempotency_key",
+        "mode",
+        "ticket_id",
+        "would_deny",
+    ];
+    const TIMEOUT: [&str; 1] = ["expires_at"];
+    const REVOCATION: [&str; 2] = ["reason", "reason_code"];
+    const REFUSAL: [&str; 3] = ["error", "method", "path"];
+    const POLICY: [&str; 2] = ["policy", "policy_digest"];
+    const REVIEW: [&str; 3] = ["rationale", "reviews", "verdict"];
+
+    /// The members' values by name, for one kind's names.
+    struct Fields<'a, const N: usize> {
+        bytes: &'a [u8],
+        names: &'a [&'a str; N],
+        at: [Option<Range<usize>>; N],
+    }
+    impl<'a, const N: usize> Fields<'a, N> {
+        fn of(bytes: &'a [u8], names: &'a [&'a str; N]) -> Option<Self> {
+            if bytes.first() != Some(&b'{') {
+                return None;
+            }
+            Some(Fields {
+                bytes,
+                names,
+                at: members(bytes, names)?,
+            })
+        }
+        /// A member's value, `None` when absent.
+        fn get(&self, name: &str) -> Option<&'a [u8]> {
+            let i = self.names.binary_search(&name).ok()?;
+            self.at[i].clone().map(|r| &self.bytes[r])
+        }
+        fn text(&self, name: &str) -> Option<String> {
+            string(self.get(name)?)
+        }
+        fn nullable(&self, name: &str) -> Option<Option<String>> {
+            optional(self.get(name)?)
+        }
+        /// An optional member: `Some(None)` when absent.
+        fn absent<T>(&self, name: &str, read: fn(&[u8]) -> Option<T>) -> Option<Option<T>> {
+            match self.get(name) {
+                None => Some(None),
+                Some(v) => read(v).map(Some),
+            }
+        }
+        fn hash(&self, name: &str) -> Option<super::merkle::Hash> {
+            hash(self.get(name)?)
+        }
+        fn object(&self, name: &str) -> Option<Map<String, Value>> {
+            object(self.get(name)?)
+        }
+        fn list(&self, name: &str) -> Option<Vec<String>> {
+            let v = self.get(name)?;
+            if v.first() != Some(&b'[') {
+                return None;
+            }
+            let Ok(Value::Array(items)) = jcs::parse(v, jcs::ParseOptions::default()) else {
+                return None;
+            };
+            items
+                .into_iter()
+                .map(|i| match i {
+                    Value::String(s) => Some(s),
+                    _ => None,
+                })
+                .collect()
+        }
+        fn flag(&self, name: &str) -> Option<bool> {
+            match self.get(name)? {
+                b"true" => Some(true),
+                b"false" => Some(false),
+                _ => None,
+            }
+        }
+    }
+    fn object(v: &[u8]) -> Option<Map<String, Value>> {
+        if v.first() != Some(&b'{') {
+            return None;
+        }
+        match jcs::parse(v, jcs::ParseOptions::default()) {
+            Ok(Value::Object(m)) => Some(m),
+            _ => None,
+        }
+    }
+
+    Some(match kind {
+        Kind::Interrupt => {
+            let f = Fields::of(bytes, &INTERRUPT)?;
+            Body::Interrupt(InterruptBody {
+                interrupt_id: f.text("interrupt_id")?,
+                tool: f.text("tool")?,
+                args: f.object("args")?,
+                redacted: f.list("redacted")?,
+                action_digest: f.text("action_digest")?,
+                action_schema: f.text("action_schema")?,
+                allowed_decisions: f.list("allowed_decisions")?,
+                expires_at: f.text("expires_at")?,
+                edit_of: f.nullable("edit_of")?,
+                policy: f.absent("policy", hash)?,
+            })
+        }
+        Kind::Decision => {
+            let f = Fields::of(bytes, &DECISION)?;
+            Body::Decision(DecisionBody {
+                decision: f.text("decision")?,
+                rationale: f.nullable("rationale")?,
+                ticket_id: f.nullable("ticket_id")?,
+                expires_at: f.nullable("expires_at")?,
+                edited_digest: f.nullable("edited_digest")?,
+                superseded_by: f.nullable("superseded_by")?,
+                approvals: f.absent("approvals", integer)?,
+                approvals_required: f.absent("approvals_required", integer)?,
+                approved_as: f.absent("approved_as", string)?,
+                break_glass: match f.get("break_glass") {
+                    None => false,
+                    Some(b"true") => true,
+                    Some(_) => return None,
+                },
+                reason: f.absent("reason", string)?,
+            })
+        }
+        Kind::Rejection => {
+            let f = Fields::of(bytes, &REJECTION)?;
+            Body::Rejection(RejectionBody {
+                rationale: f.text("rationale")?,
+                ticket_id: f.text("ticket_id")?,
+                reason_code: f.absent("reason_code", string)?,
+            })
+        }
+        Kind::FollowUp => {
+            let f = Fields::of(bytes, &FOLLOW_UP)?;
+            let detail = f.get("detail")?;
+            Body::FollowUp(FollowUpBody {
+                follow_up_id: f.text("follow_up_id")?,
+                follows: f.hash("follows")?,
+                outcome: f.text("outcome")?,
+                detail: match detail.first()? {
+                    b'n' if detail == b"null" => None,
+                    b'"' => Some(Detail::Text(string(detail)?)),
+                    b'{' => Some(Detail::Object(object(detail)?)),
+                    _ => return None,
+                },
+                operation_id: f.nullable("operation_id")?,
+            })
+        }
+        Kind::Authorization => {
+            let f = Fields::of(bytes, &AUTHORIZATION)?;
+            Body::Authorization(AuthorizationBody {
+                ticket_id: f.text("ticket_id")?,
+                attempt_id: f.nullable("attempt_id")?,
+                action_digest: f.text("action_digest")?,
+                granted: f.flag("granted")?,
+                code: f.nullable("code")?,
+                evaluated_at: f.text("evaluated_at")?,
+                expires_at: f.nullable("expires_at")?,
+                idempotency_key: f.nullable("idempotency_key")?,
+                mode: f.text("mode")?,
+                would_deny: f.nullable("would_deny")?,
+            })
+        }
+        Kind::Timeout => {
+            let f = Fields::of(bytes, &TIMEOUT)?;
+            Body::Timeout(TimeoutBody {
+                expires_at: f.text("expires_at")?,
+            })
+        }
+        Kind::Revocation => {
+            let f = Fields::of(bytes, &REVOCATION)?;
+            Body::Revocation(RevocationBody {
+                reason: f.text("reason")?,
+                reason_code: f.absent("reason_code", string)?,
+            })
+        }
+        Kind::Refusal => {
+            let f = Fields::of(bytes, &REFUSAL)?;
+            Body::Refusal(RefusalBody {
+                method: f.text("method")?,
+                path: f.text("path")?,
+                error: f.text("error")?,
+            })
+        }
+        Kind::Policy => {
+            let f = Fields::of(bytes, &POLICY)?;
+            Body::Policy(PolicyBody {
+                policy: f.object("policy")?,
+                policy_digest: f.text("policy_digest")?,
+            })
+        }
+        Kind::Review => {
+            let f = Fields::of(bytes, &REVIEW)?;
+            Body::Review(ReviewBody {
+                reviews: f.hash("reviews")?,
+                verdict: f.text("verdict")?,
+                rationale: f.text("rationale")?,
+            })
+        }
+    })
 }
 
 /// Where the members of the canonical object `bytes` lie, by their index in `names` (sorted);
@@ -208,7 +453,8 @@ mod tests {
         assert_eq!(integer(b"\"1\""), None);
     }
 
-    /// A golden leaf with one envelope member's value replaced, removed, or a member added.
+    /// A golden leaf with one envelope or body member's value replaced, removed, or a member
+    /// added.
     fn mutated() -> impl Strategy<Value = Vec<u8>> {
         let leaves = golden_leaves();
         let values = prop_oneof![
@@ -240,15 +486,72 @@ mod tests {
             proptest::sample::select(ENVELOPE.to_vec()).prop_map(str::to_owned),
             Just("extra".to_owned()),
         ];
+        // Every body member name of every kind.
+        let body_names = proptest::sample::select(vec![
+            "action_digest",
+            "action_schema",
+            "allowed_decisions",
+            "args",
+            "edit_of",
+            "expires_at",
+            "interrupt_id",
+            "policy",
+            "redacted",
+            "tool",
+            "approvals",
+            "approvals_required",
+            "approved_as",
+            "break_glass",
+            "decision",
+            "edited_digest",
+            "rationale",
+            "reason",
+            "superseded_by",
+            "ticket_id",
+            "reason_code",
+            "detail",
+            "follow_up_id",
+            "follows",
+            "operation_id",
+            "outcome",
+            "attempt_id",
+            "code",
+            "evaluated_at",
+            "granted",
+            "idempotency_key",
+            "mode",
+            "would_deny",
+            "error",
+            "method",
+            "path",
+            "policy_digest",
+            "reviews",
+            "verdict",
+            "extra",
+        ])
+        .prop_map(str::to_owned);
+        let values = prop_oneof![
+            8 => values,
+            1 => Just(serde_json::json!(["approve", "reject"])),
+            1 => Just(serde_json::json!(["a", 1])),
+            1 => Just(Value::from(1u64 << 60)),
+            1 => Just(Value::from(2)),
+        ];
         (
             proptest::sample::select(leaves),
-            names,
+            prop_oneof![
+                names.prop_map(|n| (false, n)),
+                body_names.prop_map(|n| (true, n))
+            ],
             values,
             any::<bool>(),
         )
-            .prop_map(|(leaf, name, value, remove)| {
+            .prop_map(|(leaf, (in_body, name), value, remove)| {
                 let mut v = jcs::parse(&leaf, jcs::ParseOptions::default()).unwrap();
-                let obj = v.as_object_mut().unwrap();
+                let mut obj = v.as_object_mut().unwrap();
+                if in_body {
+                    obj = obj.get_mut("body").unwrap().as_object_mut().unwrap();
+                }
                 if remove {
                     obj.remove(&name);
                 } else {

@@ -5,9 +5,11 @@
 //! - [`merkle`]: the RFC 6962 tree, proofs and their verification;
 //! - [`note`]: C2SP signed notes, checkpoints and thread heads;
 //! - [`record`]: the record envelope, kinds and the leaf;
+//! - [`body`]: a record's typed body, one struct per kind, and its writer and rules;
 //! - [`leaf_reader`]: the typed reader of a stored leaf, building no value tree for the envelope;
 //! - [`bundle`]: the export bundle document.
 
+pub mod body;
 pub mod bundle;
 pub mod jcs;
 pub mod jcs_check;

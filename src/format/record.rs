@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use crate::clock::Timestamp;
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::body::{Body, check_body};
 use crate::format::jcs;
 use crate::format::merkle::{self, Hash};
 
@@ -280,8 +281,8 @@ pub struct Record {
     pub thread_prev: Hash,
     /// Who caused the write.
     pub actor: Actor,
-    /// The kind's fields (a JSON object).
-    pub body: Map<String, Value>,
+    /// The kind's fields.
+    pub body: Body,
 }
 
 /// Why a stored leaf is not a valid record. Each maps to a verification problem code.
@@ -334,14 +335,14 @@ impl Record {
             "thread_seq": self.thread_seq,
             "thread_prev": hex_hash(&self.thread_prev),
             "actor": self.actor.to_value(),
-            "body": Value::Object(self.body.clone()),
+            "body": Value::Object(self.body.to_map()),
         })
     }
 
     /// Appends the record's canonical bytes to `out`, written from its fields: the envelope's
     /// members in RFC 8785 order (all ASCII names, so byte order), strings and numbers through
-    /// the JCS primitives, the body through [`jcs::write_object`]; no value tree is made and
-    /// the body is not copied. Byte-equal to [`jcs::to_vec`] of [`Record::to_value`], which
+    /// the JCS primitives, the body by its kind's writer ([`Body::write`]); no value tree is
+    /// made. Byte-equal to [`jcs::to_vec`] of [`Record::to_value`], which
     /// stays the definition (property tests below and the golden leaves hold the two equal).
     pub fn write_leaf(&self, out: &mut Vec<u8>) {
         fn name(out: &mut Vec<u8>, first: bool, n: &str) {
@@ -359,13 +360,7 @@ impl Record {
             }
         }
         fn hash(out: &mut Vec<u8>, h: &Hash) {
-            out.push(b'"');
-            let mut buf = [0u8; 64];
-            // Always succeeds: 32 bytes are 64 hex digits.
-            if hex::encode_to_slice(h, &mut buf).is_ok() {
-                out.extend_from_slice(&buf);
-            }
-            out.push(b'"');
+            super::body::write_hash(h, out);
         }
         out.push(b'{');
         name(out, true, "actor");
@@ -380,7 +375,7 @@ impl Record {
         }
         out.push(b'}');
         name(out, false, "body");
-        jcs::write_object(&self.body, out);
+        self.body.write(out);
         name(out, false, "checkpoint_id");
         opt(out, self.checkpoint_id.as_deref());
         name(out, false, "checkpoint_ns");
@@ -415,7 +410,7 @@ impl Record {
     /// # Errors
     /// `record_too_large` when the leaf would exceed 1 MiB.
     pub fn leaf(&self) -> Result<Vec<u8>> {
-        let mut leaf = Vec::with_capacity(512 + 2 * self.body.len() * 32);
+        let mut leaf = Vec::with_capacity(512 + self.body.size_hint());
         self.write_leaf(&mut leaf);
         if leaf.len() > MAX_LEAF_BYTES {
             return Err(Error::new(
@@ -554,9 +549,8 @@ impl Record {
         let body = obj
             .get("body")
             .and_then(Value::as_object)
-            .ok_or_else(|| env("body is not an object".into()))?
-            .clone();
-        check_body(kind, &body)?;
+            .ok_or_else(|| env("body is not an object".into()))?;
+        let body = Body::from_map(kind, body)?;
         Ok(Record {
             origin,
             seq,
@@ -575,9 +569,10 @@ impl Record {
         })
     }
 
-    /// A body string field (for records this crate wrote or checked).
+    /// A body text field by its protocol name ([`Body::text`]: not a hash field, which
+    /// [`Body::hash`] reads).
     pub fn body_str(&self, field: &str) -> Option<&str> {
-        self.body.get(field).and_then(Value::as_str)
+        self.body.text(field)
     }
 
     /// A body timestamp field, `None` when null or absent.
@@ -733,7 +728,16 @@ impl Record {
         }
         rule_id("principal", &self.actor.principal)?;
         rule_actor(&self.actor)?;
-        check_body(self.kind, &self.body)
+        if self.body.kind() != self.kind {
+            // The writer would write this kind's name over another kind's fields.
+            check_body(self.kind, &self.body.to_map())?;
+            return Err(LeafError::Envelope(format!(
+                "a {} body on a {} record",
+                self.body.kind().as_str(),
+                self.kind.as_str()
+            )));
+        }
+        self.body.check()
     }
 }
 
@@ -768,195 +772,12 @@ fn get_hash(obj: &Map<String, Value>, k: &str) -> Result<Hash, LeafError> {
     parse_hex_hash(&s).ok_or_else(|| LeafError::Envelope(format!("{k} is not 64 lowercase hex")))
 }
 
-/// The type a body field must have.
-#[derive(Clone, Copy)]
-enum F {
-    Str,
-    NonEmpty,
-    OptStr,
-    Ts,
-    OptTs,
-    Bool,
-    Obj,
-    StrList,
-    OptStrOrObj,
-    Hash,
-    /// A positive integer.
-    Count,
-    /// The literal `true`.
-    True,
-}
-
-fn body_fields(kind: Kind) -> &'static [(&'static str, F)] {
-    match kind {
-        Kind::Interrupt => &[
-            ("interrupt_id", F::Str),
-            ("tool", F::Str),
-            ("args", F::Obj),
-            ("redacted", F::StrList),
-            ("action_digest", F::Str),
-            ("action_schema", F::Str),
-            ("allowed_decisions", F::StrList),
-            ("expires_at", F::Ts),
-            ("edit_of", F::OptStr),
-        ],
-        Kind::Decision => &[
-            ("decision", F::Str),
-            ("rationale", F::OptStr),
-            // `null` only on a partial approval (protocol section 7.5).
-            ("ticket_id", F::OptStr),
-            ("expires_at", F::OptTs),
-            ("edited_digest", F::OptStr),
-            ("superseded_by", F::OptStr),
-        ],
-        Kind::Rejection => &[("rationale", F::NonEmpty), ("ticket_id", F::Str)],
-        Kind::FollowUp => &[
-            ("follow_up_id", F::Str),
-            ("follows", F::Hash),
-            ("outcome", F::NonEmpty),
-            ("detail", F::OptStrOrObj),
-            ("operation_id", F::OptStr),
-        ],
-        Kind::Authorization => &[
-            ("ticket_id", F::Str),
-            ("attempt_id", F::OptStr),
-            ("action_digest", F::Str),
-            ("granted", F::Bool),
-            ("code", F::OptStr),
-            ("evaluated_at", F::Ts),
-            ("expires_at", F::OptTs),
-            ("idempotency_key", F::OptStr),
-            ("mode", F::Str),
-            ("would_deny", F::OptStr),
-        ],
-        Kind::Timeout => &[("expires_at", F::Ts)],
-        Kind::Revocation => &[("reason", F::NonEmpty)],
-        Kind::Refusal => &[("method", F::Str), ("path", F::Str), ("error", F::Str)],
-        Kind::Policy => &[("policy", F::Obj), ("policy_digest", F::Str)],
-        Kind::Review => &[
-            ("reviews", F::Hash),
-            ("verdict", F::Str),
-            ("rationale", F::NonEmpty),
-        ],
-    }
-}
-
-/// Body fields a kind's records may carry or omit (v1 extensions: records written before them
-/// lack them, and stay valid).
-fn optional_fields(kind: Kind) -> &'static [(&'static str, F)] {
-    match kind {
-        // The id of the policy record in force when the request was opened.
-        Kind::Interrupt => &[("policy", F::Hash)],
-        // Counted approvals (`approvals_required` > 1), the `approvers` entry that admitted
-        // the reviewer, and the break-glass mark with its reason.
-        Kind::Decision => &[
-            ("approvals", F::Count),
-            ("approvals_required", F::Count),
-            ("approved_as", F::Str),
-            ("break_glass", F::True),
-            ("reason", F::NonEmpty),
-        ],
-        // The reason code of a rejection or revocation (one of the tool's `reason_codes`
-        // in the policy in force: the replay's rule 13 judges that, not the envelope).
-        Kind::Rejection | Kind::Revocation => &[("reason_code", F::Str)],
-        _ => &[],
-    }
-}
-
-fn check_body(kind: Kind, body: &Map<String, Value>) -> Result<(), LeafError> {
-    let fields = body_fields(kind);
-    let optional = optional_fields(kind);
-    for k in body.keys() {
-        if !fields.iter().chain(optional).any(|(n, _)| n == k) {
-            return Err(LeafError::Envelope(format!(
-                "unknown {} body field {q_k}",
-                kind.as_str(),
-                q_k = crate::codec::quoted(k)
-            )));
-        }
-    }
-    for (name, ty) in fields.iter().chain(optional) {
-        let v = match body.get(*name) {
-            Some(v) => v,
-            None if optional.iter().any(|(n, _)| n == name) => continue,
-            None => {
-                return Err(LeafError::Envelope(format!(
-                    "{} body lacks {q_name}",
-                    kind.as_str(),
-                    q_name = crate::codec::quoted(name)
-                )));
-            }
-        };
-        let ok = match ty {
-            F::Str => v.is_string(),
-            F::NonEmpty => v.as_str().is_some_and(|s| !s.trim().is_empty()),
-            F::OptStr => v.is_null() || v.is_string(),
-            F::Ts => v.as_str().is_some_and(|s| Timestamp::parse(s).is_ok()),
-            F::OptTs => v.is_null() || v.as_str().is_some_and(|s| Timestamp::parse(s).is_ok()),
-            F::Bool => v.is_boolean(),
-            F::Obj => v.is_object(),
-            F::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-            F::OptStrOrObj => v.is_null() || v.is_string() || v.is_object(),
-            F::Hash => v.as_str().and_then(parse_hex_hash).is_some(),
-            F::Count => v.as_u64().is_some_and(|n| n >= 1),
-            F::True => v == &Value::Bool(true),
-        };
-        if !ok {
-            return Err(LeafError::Envelope(format!(
-                "{} body field {q_name} has the wrong type",
-                kind.as_str(),
-                q_name = crate::codec::quoted(name)
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Strings a writer can get wrong: escapes, controls, non-ASCII, astral characters.
-    fn text() -> impl Strategy<Value = String> {
-        proptest::collection::vec(
-            prop_oneof![
-                Just('"'),
-                Just('\\'),
-                Just('\u{0}'),
-                Just('\u{1f}'),
-                Just('\n'),
-                Just('é'),
-                Just('\u{e000}'),
-                Just('😀'),
-                any::<char>(),
-                proptest::char::range('a', 'z'),
-            ],
-            0..12,
-        )
-        .prop_map(|c| c.into_iter().collect())
-    }
-
-    /// A JSON body: strings, numbers of every kind, nesting, keys in any order.
-    fn body() -> impl Strategy<Value = Map<String, Value>> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-1e22f64..1e22)
-                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-            text().prop_map(Value::String),
-        ];
-        let value = leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                proptest::collection::btree_map(text(), inner, 0..4)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        });
-        proptest::collection::btree_map(text(), value, 0..6).prop_map(|m| m.into_iter().collect())
-    }
+    use crate::format::body::strategy::{any_body, text};
 
     fn record() -> impl Strategy<Value = Record> {
         (
@@ -978,7 +799,7 @@ mod tests {
                 any::<u64>(),
                 any::<[u8; 32]>(),
             ),
-            (text(), text(), proptest::option::of(text()), body()),
+            (text(), text(), proptest::option::of(text()), any_body()),
         )
             .prop_map(
                 |(
@@ -1053,8 +874,8 @@ mod tests {
         Principal(String),
         Role(String),
         Tenant(Option<String>),
-        BodyRemove(usize),
-        BodySet(String, Value),
+        /// Another body, of any kind, valid or not.
+        Body(Box<Body>),
     }
 
     fn id_text() -> impl Strategy<Value = String> {
@@ -1096,19 +917,7 @@ mod tests {
             ]
             .prop_map(Mutation::Role),
             1 => proptest::option::of(id_text()).prop_map(Mutation::Tenant),
-            1 => any::<usize>().prop_map(Mutation::BodyRemove),
-            1 => (
-                prop_oneof![Just("ticket_id".to_string()), Just("tool".to_string()), text()],
-                prop_oneof![
-                    Just(Value::Null),
-                    Just(json!("x")),
-                    Just(json!(" ")),
-                    Just(json!(3)),
-                    Just(json!({})),
-                    Just(json!(["a"]))
-                ]
-            )
-                .prop_map(|(k, v)| Mutation::BodySet(k, v)),
+            2 => any_body().prop_map(|b| Mutation::Body(Box::new(b))),
         ]
     }
 
@@ -1128,14 +937,7 @@ mod tests {
             Mutation::Principal(s) => r.actor.principal = s,
             Mutation::Role(s) => r.actor.role = s,
             Mutation::Tenant(t) => r.actor.tenant = t,
-            Mutation::BodyRemove(i) => {
-                if let Some(k) = r.body.keys().nth(i % r.body.len().max(1)).cloned() {
-                    r.body.remove(&k);
-                }
-            }
-            Mutation::BodySet(k, v) => {
-                r.body.insert(k, v);
-            }
+            Mutation::Body(b) => r.body = *b,
         }
     }
 
@@ -1195,8 +997,10 @@ mod tests {
     }
 
     fn sample() -> Record {
-        let mut body = Map::new();
-        body.insert("reason".into(), json!("resolved"));
+        let body = Body::Revocation(crate::format::body::RevocationBody {
+            reason: "resolved".into(),
+            reason_code: None,
+        });
         Record {
             origin: "example.com/log".into(),
             seq: 3,

@@ -232,7 +232,7 @@ pub fn pending_count<L: Lookup + ?Sized>(view: &L) -> Result<u64> {
 /// `granted: false`) as `enforce`, an observe-mode would-be denial (`would_deny`) as
 /// `observe`; a grant counts nothing. Only the contract's denial codes are counted.
 fn count_denial(view: &mut View, r: &Record) -> Result<()> {
-    let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
+    let granted = r.body.granted();
     let counted = match (granted, r.body_str("code"), r.body_str("would_deny")) {
         (false, Some(code), _) => Some((DenialMode::Enforce, code)),
         (true, None, Some(code)) => Some((DenialMode::Observe, code)),
@@ -402,7 +402,7 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         ),
         Kind::Authorization => {
             count_denial(view, r)?;
-            let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
+            let granted = r.body.granted();
             if granted && let Some(attempt) = r.body_str("attempt_id") {
                 let key = grant_key(
                     rid,

@@ -4,13 +4,17 @@
 //! [`crate::model::state`]; replays are compared in [`super::replay`]. Nothing here names a
 //! keyspace, an engine or a clock: the batch time is the only time, and ids are made from it.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::op::{Appended, Extra, Grant, Op, Outcome, Refusal};
 use super::sequencer::{Batch, Draft};
 use crate::clock::{Timestamp, uuid_v7};
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::record::{ACTION_SCHEMA, Actor, Kind, REFUSALS_THREAD, hex_hash};
+use crate::format::body::{
+    AuthorizationBody, Body, DecisionBody, FollowUpBody, InterruptBody, RefusalBody, RejectionBody,
+    RevocationBody, TimeoutBody,
+};
+use crate::format::record::{ACTION_SCHEMA, Actor, REFUSALS_THREAD, hex_hash};
 use crate::index;
 use crate::model::action::{Action, idempotency_key, redact};
 use crate::model::decide::{self, TicketOwner};
@@ -82,26 +86,9 @@ fn check_reason_code(
     }
 }
 
-/// A body with `reason_code` added when there is one (an omitted code is not recorded, so
-/// records without one are as before).
-fn with_reason_code(mut body: Map<String, Value>, code: Option<String>) -> Map<String, Value> {
-    if let Some(c) = code {
-        body.insert("reason_code".into(), Value::String(c));
-    }
-    body
-}
-
 /// The most timeouts one sweep records (one batch); [`crate::ledger::Ledger::sweep`] runs
 /// sweeps until none is due.
 pub const MAX_SWEEP: usize = 1024;
-
-/// A JSON object from `json!({...})`.
-pub(super) fn obj(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
 
 impl Batch<'_, '_, '_> {
     /// Runs one operation.
@@ -168,9 +155,10 @@ impl Batch<'_, '_, '_> {
         if !st.timeout_due(self.ts.micros()) {
             return Ok(None);
         }
-        let body =
-            obj(json!({"expires_at": Timestamp::from_micros(st.review_expires_at).to_string()}));
-        let d = Draft::for_request(Kind::Timeout, st, rid, body);
+        let body = Body::Timeout(TimeoutBody {
+            expires_at: Timestamp::from_micros(st.review_expires_at).to_string(),
+        });
+        let d = Draft::for_request(st, rid, body);
         self.append(d, &Actor::system()).map(Some)
     }
 
@@ -258,25 +246,26 @@ impl Batch<'_, '_, '_> {
         let key = &self.ledger.id.key;
         let red = redact(key, &rid, &req.action, &req.redact, &policy.redact)?;
         let digest = req.action.digest(key, &rid, !red.applied.is_empty());
-        let allowed: Vec<&str> = req.allowed_decisions.iter().map(|d| d.as_str()).collect();
-        let mut body = obj(json!({
-            "interrupt_id": req.interrupt_id,
-            "tool": req.action.tool,
-            "args": Value::Object(red.args),
-            "redacted": red.applied,
-            "action_digest": digest,
-            "action_schema": ACTION_SCHEMA,
-            "allowed_decisions": allowed,
-            "expires_at": self.ts.plus_seconds(window).to_string(),
-            "edit_of": Value::Null,
-        }));
-        // The policy record the request is opened under: a bundle of its thread must carry
-        // the policy records (protocol section 6.1), and this says there are some.
-        if let Some(id) = in_force.id {
-            body.insert("policy".into(), json!(hex_hash(&id)));
-        }
+        let allowed = req
+            .allowed_decisions
+            .iter()
+            .map(|d| d.as_str().to_owned())
+            .collect();
+        let body = Body::Interrupt(InterruptBody {
+            interrupt_id: req.interrupt_id,
+            tool: req.action.tool,
+            args: red.args,
+            redacted: red.applied,
+            action_digest: digest,
+            action_schema: ACTION_SCHEMA.to_owned(),
+            allowed_decisions: allowed,
+            expires_at: self.ts.plus_seconds(window).to_string(),
+            edit_of: None,
+            // The policy record the request is opened under: a bundle of its thread must
+            // carry the policy records (protocol section 6.1), and this says there are some.
+            policy: in_force.id,
+        });
         let d = Draft {
-            kind: Kind::Interrupt,
             thread_id: req.thread_id,
             run_id: req.run_id,
             checkpoint_ns: req.checkpoint_ns,
@@ -360,12 +349,13 @@ impl Batch<'_, '_, '_> {
                 // recorded) whatever the code; before anything is written.
                 check_reason_code(req.reason_code.as_deref(), &st.tool, &tool)?;
                 let ticket = self.new_id()?;
-                let body = with_reason_code(
-                    obj(json!({"rationale": req.rationale, "ticket_id": ticket})),
-                    req.reason_code,
-                );
-                let mut a =
-                    self.append(Draft::for_request(Kind::Rejection, &st, rid, body), actor)?;
+                // An omitted code is not recorded, so records without one are as before.
+                let body = Body::Rejection(RejectionBody {
+                    rationale: req.rationale.unwrap_or_default(),
+                    ticket_id: ticket.clone(),
+                    reason_code: req.reason_code,
+                });
+                let mut a = self.append(Draft::for_request(&st, rid, body), actor)?;
                 a.extra = Extra::Decision {
                     ticket_id: Some(ticket),
                     expires_at: None,
@@ -462,20 +452,21 @@ impl Batch<'_, '_, '_> {
         } else {
             (None, None)
         };
-        let mut body = obj(json!({
-            "decision": "approve", "rationale": rationale, "ticket_id": ticket,
-            "expires_at": expires.map(|e| e.to_string()), "edited_digest": Value::Null,
-            "superseded_by": Value::Null,
-        }));
         let shown = (counts.1 > 1).then_some(counts);
-        if let Some((n, of)) = shown {
-            body.insert("approvals".into(), json!(n));
-            body.insert("approvals_required".into(), json!(of));
-        }
-        if let Some(a) = approved_as {
-            body.insert("approved_as".into(), json!(a));
-        }
-        let mut a = self.append(Draft::for_request(Kind::Decision, st, rid, body), actor)?;
+        let body = Body::Decision(DecisionBody {
+            decision: "approve".to_owned(),
+            rationale,
+            ticket_id: ticket.clone(),
+            expires_at: expires.map(|e| e.to_string()),
+            edited_digest: None,
+            superseded_by: None,
+            approvals: shown.map(|c| c.0),
+            approvals_required: shown.map(|c| c.1),
+            approved_as,
+            break_glass: false,
+            reason: None,
+        });
+        let mut a = self.append(Draft::for_request(st, rid, body), actor)?;
         a.extra = Extra::Decision {
             ticket_id: ticket,
             expires_at: expires,
@@ -502,32 +493,36 @@ impl Batch<'_, '_, '_> {
         let (args, applied, digest2) = self.edited_interrupt_parts(st, &new_rid, &edited)?;
         let in_force = self.policy()?;
         let policy2 = in_force.policy.for_tool(&edited.tool);
-        let mut body = obj(json!({
-            "decision": "edit", "rationale": rationale, "ticket_id": ticket,
-            "expires_at": Value::Null, "edited_digest": digest2, "superseded_by": new_rid,
-        }));
-        if let Some(a) = approved_as.0 {
-            body.insert("approved_as".into(), json!(a));
-        }
-        let mut a = self.append(Draft::for_request(Kind::Decision, st, rid, body), actor)?;
-        let mut ibody = obj(json!({
-            "interrupt_id": st.interrupt_id,
-            "tool": edited.tool,
-            "args": Value::Object(args),
-            "redacted": applied,
-            "action_digest": digest2,
-            "action_schema": ACTION_SCHEMA,
-            "allowed_decisions": ["approve"],
-            "expires_at": self.ts.plus_seconds(policy2.review_window_seconds).to_string(),
-            "edit_of": rid,
-        }));
-        if let Some(id) = in_force.id {
-            ibody.insert("policy".into(), json!(hex_hash(&id)));
-        }
-        self.append(
-            Draft::for_request(Kind::Interrupt, st, &new_rid, ibody),
-            actor,
-        )?;
+        let body = Body::Decision(DecisionBody {
+            decision: "edit".to_owned(),
+            rationale: rationale.clone(),
+            ticket_id: Some(ticket),
+            expires_at: None,
+            edited_digest: Some(digest2.clone()),
+            superseded_by: Some(new_rid.clone()),
+            approvals: None,
+            approvals_required: None,
+            approved_as: approved_as.0,
+            break_glass: false,
+            reason: None,
+        });
+        let mut a = self.append(Draft::for_request(st, rid, body), actor)?;
+        let ibody = Body::Interrupt(InterruptBody {
+            interrupt_id: st.interrupt_id.clone(),
+            tool: edited.tool,
+            args,
+            redacted: applied,
+            action_digest: digest2,
+            action_schema: ACTION_SCHEMA.to_owned(),
+            allowed_decisions: vec!["approve".to_owned()],
+            expires_at: self
+                .ts
+                .plus_seconds(policy2.review_window_seconds)
+                .to_string(),
+            edit_of: Some(rid.to_owned()),
+            policy: in_force.id,
+        });
+        self.append(Draft::for_request(st, &new_rid, ibody), actor)?;
         let st2 = self.state(&new_rid)?;
         let counts = (1, policy2.approvals_required);
         let approval = self.approval(
@@ -646,19 +641,19 @@ impl Batch<'_, '_, '_> {
         let key = answer
             .granted
             .then(|| idempotency_key(&self.ledger.id.origin, rid));
-        let body = obj(json!({
-            "ticket_id": req.ticket_id,
-            "attempt_id": req.attempt_id,
-            "action_digest": digest,
-            "granted": answer.granted,
-            "code": answer.code.map(|d| d.as_str()),
-            "evaluated_at": self.ts.to_string(),
-            "expires_at": expires_at.map(|e| Timestamp::from_micros(e).to_string()),
-            "idempotency_key": key,
-            "mode": mode.as_str(),
-            "would_deny": answer.would_deny.map(|d| d.as_str()),
-        }));
-        let mut d = Draft::for_request(Kind::Authorization, st, rid, body);
+        let body = Body::Authorization(AuthorizationBody {
+            ticket_id: req.ticket_id.clone(),
+            attempt_id: req.attempt_id.clone(),
+            action_digest: digest.to_owned(),
+            granted: answer.granted,
+            code: answer.code.map(|d| d.as_str().to_owned()),
+            evaluated_at: self.ts.to_string(),
+            expires_at: expires_at.map(|e| Timestamp::from_micros(e).to_string()),
+            idempotency_key: key.clone(),
+            mode: mode.as_str().to_owned(),
+            would_deny: answer.would_deny.map(|d| d.as_str().to_owned()),
+        });
+        let mut d = Draft::for_request(st, rid, body);
         if req.run_id.is_some() {
             d.run_id = req.run_id.clone();
         }
@@ -731,8 +726,12 @@ impl Batch<'_, '_, '_> {
         })?;
         let tool = self.policy()?.policy.for_tool(&st.tool);
         check_reason_code(req.reason_code.as_deref(), &st.tool, &tool)?;
-        let body = with_reason_code(obj(json!({"reason": req.reason})), req.reason_code);
-        self.append(Draft::for_request(Kind::Revocation, &st, rid, body), actor)
+        // An omitted code is not recorded, so records without one are as before.
+        let body = Body::Revocation(RevocationBody {
+            reason: req.reason,
+            reason_code: req.reason_code,
+        });
+        self.append(Draft::for_request(&st, rid, body), actor)
     }
 
     fn follow_up(
@@ -747,13 +746,13 @@ impl Batch<'_, '_, '_> {
             .checkpoint_id
             .clone()
             .or_else(|| st.checkpoint_id.clone());
-        let body = obj(json!({
-            "follow_up_id": req.follow_up_id,
-            "follows": hex_hash(&req.follows),
-            "outcome": req.outcome,
-            "detail": req.detail,
-            "operation_id": req.operation_id,
-        }));
+        let body = Body::FollowUp(FollowUpBody {
+            follow_up_id: req.follow_up_id.clone(),
+            follows: req.follows,
+            outcome: req.outcome,
+            detail: req.detail,
+            operation_id: req.operation_id,
+        });
         if let Some(seq) = index::follow_up_seq(&*self.view, rid, &req.follow_up_id)? {
             let (stored, _) = self.stored(seq)?;
             if !super::replay::same_follow_up(&stored, &body, checkpoint_id.as_deref()) {
@@ -779,7 +778,7 @@ impl Batch<'_, '_, '_> {
                 ),
             ));
         }
-        let mut d = Draft::for_request(Kind::FollowUp, &st, rid, body);
+        let mut d = Draft::for_request(&st, rid, body);
         if req.run_id.is_some() {
             d.run_id = req.run_id;
         }
@@ -788,7 +787,11 @@ impl Batch<'_, '_, '_> {
     }
 
     fn refusal(&mut self, r: Refusal, actor: &Actor) -> Result<Appended> {
-        let body = obj(json!({"method": r.method, "path": r.path, "error": r.error}));
+        let body = Body::Refusal(RefusalBody {
+            method: r.method,
+            path: r.path,
+            error: r.error,
+        });
         // The refusal joins the request or thread its path names only when the caller reaches
         // it: nothing of one tenant's attempts shows in another's records or stream.
         if let Some(rid) = &r.request_id
@@ -797,7 +800,7 @@ impl Batch<'_, '_, '_> {
         {
             // A due timeout is recorded before any operation that names an overdue request.
             self.due_timeout(rid, &st)?;
-            return self.append(Draft::for_request(Kind::Refusal, &st, rid, body), actor);
+            return self.append(Draft::for_request(&st, rid, body), actor);
         }
         let thread = match &r.thread_id {
             Some(t)
@@ -810,7 +813,6 @@ impl Batch<'_, '_, '_> {
             _ => REFUSALS_THREAD.to_string(),
         };
         let d = Draft {
-            kind: Kind::Refusal,
             thread_id: thread,
             run_id: None,
             checkpoint_ns: String::new(),

@@ -6,14 +6,15 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::gate::{conflict, idem_conflict, obj};
+use super::gate::{conflict, idem_conflict};
 use super::op::{Appended, Extra};
 use super::sequencer::{Batch, Draft};
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::body::{Body, DecisionBody, PolicyBody, RefusalBody, ReviewBody};
 use crate::format::merkle::Hash;
-use crate::format::record::{Actor, Kind, POLICY_THREAD, hex_hash};
+use crate::format::record::{Actor, Kind, POLICY_THREAD};
 use crate::index;
 use crate::model::policy::Policy;
 use crate::model::request::{BreakGlassRequest, ReviewRequest};
@@ -53,11 +54,14 @@ pub fn policy_of_record(r: &crate::format::record::Record) -> Result<Policy> {
             format!("record {} is not a policy record", r.seq),
         ));
     }
-    let doc = r
-        .body
-        .get("policy")
-        .ok_or_else(|| Error::corrupt_at(r.seq, "a policy record without its document"))?;
-    let p = Policy::from_document(doc).map_err(|e| {
+    let Body::Policy(body) = &r.body else {
+        return Err(Error::corrupt_at(
+            r.seq,
+            "a policy record without its document",
+        ));
+    };
+    let doc = Value::Object(body.policy.clone());
+    let p = Policy::from_document(&doc).map_err(|e| {
         Error::corrupt_at(r.seq, format!("policy record {}: {}", r.seq, e.message()))
     })?;
     if r.body_str("policy_digest") != Some(p.digest().as_str()) {
@@ -107,9 +111,18 @@ impl Batch<'_, '_, '_> {
     }
 
     fn append_policy(&mut self, p: &Policy, actor: &Actor) -> Result<Appended> {
-        let body = obj(json!({"policy": p.document(), "policy_digest": p.digest()}));
+        // A policy document is an object (`Policy::from_value` takes no other).
+        let document = p.document().as_object().cloned().ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidPolicy,
+                "a policy document is a JSON object",
+            )
+        })?;
+        let body = Body::Policy(PolicyBody {
+            policy: document,
+            policy_digest: p.digest(),
+        });
         let d = Draft {
-            kind: Kind::Policy,
             thread_id: POLICY_THREAD.to_string(),
             run_id: None,
             checkpoint_ns: String::new(),
@@ -153,8 +166,12 @@ impl Batch<'_, '_, '_> {
             "/v1/requests/{}/{route}",
             percent_encoding::utf8_percent_encode(rid, PATH_SEGMENT)
         );
-        let body = obj(json!({"method": "POST", "path": path, "error": e.code().as_str()}));
-        match self.append(Draft::for_request(Kind::Refusal, st, rid, body), actor) {
+        let body = Body::Refusal(RefusalBody {
+            method: "POST".to_owned(),
+            path,
+            error: e.code().as_str().to_owned(),
+        });
+        match self.append(Draft::for_request(st, rid, body), actor) {
             Ok(_) => {
                 *sp = self.view.savepoint();
                 e
@@ -185,11 +202,11 @@ impl Batch<'_, '_, '_> {
         if let Some(seq) = index::decision_seq(&*self.view, rid)? {
             let (stored, _) = self.stored(seq)?;
             // The same append sent again (protocol 8: the actor is not compared).
-            let same = stored.body.get("break_glass") == Some(&Value::Bool(true))
+            let same = stored.body.is_break_glass()
                 && stored.body_str("reason") == Some(req.reason.as_str())
                 && crate::codec::ct_eq(&digest, &st.action_digest);
             if !same {
-                let e = if stored.body.get("break_glass") == Some(&Value::Bool(true)) {
+                let e = if stored.body.is_break_glass() {
                     idem_conflict(format!(
                         "request {q_rid} was already decided by break-glass (seq {seq}) otherwise",
                         q_rid = crate::codec::quoted(rid)
@@ -238,12 +255,20 @@ impl Batch<'_, '_, '_> {
         }
         let ticket = self.new_id()?;
         let expires = self.ts.plus_seconds(tool.approval_ttl_seconds);
-        let body = obj(json!({
-            "decision": "approve", "rationale": Value::Null, "ticket_id": ticket,
-            "expires_at": expires.to_string(), "edited_digest": Value::Null,
-            "superseded_by": Value::Null, "break_glass": true, "reason": req.reason,
-        }));
-        let mut a = self.append(Draft::for_request(Kind::Decision, &st, rid, body), actor)?;
+        let body = Body::Decision(DecisionBody {
+            decision: "approve".to_owned(),
+            rationale: None,
+            ticket_id: Some(ticket.clone()),
+            expires_at: Some(expires.to_string()),
+            edited_digest: None,
+            superseded_by: None,
+            approvals: None,
+            approvals_required: None,
+            approved_as: None,
+            break_glass: true,
+            reason: Some(req.reason),
+        });
+        let mut a = self.append(Draft::for_request(&st, rid, body), actor)?;
         a.extra = Extra::Decision {
             ticket_id: Some(ticket),
             expires_at: Some(expires),
@@ -291,12 +316,12 @@ impl Batch<'_, '_, '_> {
             );
             return Err(self.refuse(rid, &st, "review", e, actor, sp));
         }
-        let body = obj(json!({
-            "reviews": hex_hash(&bg_hash),
-            "verdict": req.verdict.as_str(),
-            "rationale": req.rationale,
-        }));
-        self.append(Draft::for_request(Kind::Review, &st, rid, body), actor)
+        let body = Body::Review(ReviewBody {
+            reviews: bg_hash,
+            verdict: req.verdict.as_str().to_owned(),
+            rationale: req.rationale,
+        });
+        self.append(Draft::for_request(&st, rid, body), actor)
     }
 }
 

@@ -2,33 +2,30 @@
 //! same" compares the request after defaults are filled and lists sorted, as canonical JSON,
 //! with an omitted optional field compared as its default, ignoring the actor and `run_id`.
 
-use serde_json::{Map, Value, json};
-
 use super::gate::{conflict, idem_conflict};
 use super::op::{Appended, Extra};
 use super::sequencer::Batch;
+use crate::clock::Timestamp;
 use crate::codec::ct_eq;
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::jcs;
+use crate::format::body::Body;
 use crate::format::record::{Kind, Record};
 use crate::model::request::{DecisionKind, DecisionRequest, InterruptRequest};
 
 /// Whether a follow-up's body and checkpoint are the stored one's, compared as canonical JSON
 /// (so `25.0` and `25` are the same number).
-pub(super) fn same_follow_up(
-    stored: &Record,
-    body: &Map<String, Value>,
-    checkpoint_id: Option<&str>,
-) -> bool {
-    jcs::to_vec(&Value::Object(stored.body.clone())) == jcs::to_vec(&Value::Object(body.clone()))
-        && stored.checkpoint_id.as_deref() == checkpoint_id
+pub(super) fn same_follow_up(stored: &Record, body: &Body, checkpoint_id: Option<&str>) -> bool {
+    let canonical = |b: &Body| {
+        let mut out = Vec::new();
+        b.write(&mut out);
+        out
+    };
+    canonical(&stored.body) == canonical(body) && stored.checkpoint_id.as_deref() == checkpoint_id
 }
 
 /// The (approvals, approvals_required) a decision record counts, where it counts them.
 pub(super) fn counts_of(r: &Record) -> Option<(u64, u64)> {
-    let n = r.body.get("approvals")?.as_u64()?;
-    let of = r.body.get("approvals_required")?.as_u64()?;
-    Some((n, of))
+    r.body.approvals()
 }
 
 impl Batch<'_, '_, '_> {
@@ -42,30 +39,23 @@ impl Batch<'_, '_, '_> {
     /// applied, and an applied pointer the replay does not name must be one the policy applies
     /// by itself.
     pub(super) fn same_interrupt(&self, stored: &Record, req: &InterruptRequest) -> Result<bool> {
-        let stored_digest = stored.body_str("action_digest").unwrap_or_default();
+        let Body::Interrupt(body) = &stored.body else {
+            return Ok(false);
+        };
+        let stored_digest = body.action_digest.as_str();
         let keyed = stored_digest.starts_with(crate::model::action::HMAC_PREFIX);
         let digest = req
             .action
             .digest(&self.ledger.id.key, &req.request_id, keyed);
-        let applied: Vec<&str> = stored
-            .body
-            .get("redacted")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let allowed: Vec<Value> = req
-            .allowed_decisions
-            .iter()
-            .map(|d| json!(d.as_str()))
-            .collect();
+        let applied = &body.redacted;
         let policy = self.policy()?.policy.for_tool(&req.action.tool);
         let secs = |t: u64| {
             i64::try_from(t)
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1_000_000)
         };
-        let stored_window = stored
-            .body_ts("expires_at")
+        let stored_window = Timestamp::parse(&body.expires_at)
+            .ok()
             .map(|e| e.micros() - stored.ts.micros());
         let window_ok = match (req.review_ttl_seconds, stored_window) {
             (_, None) => false,
@@ -78,13 +68,17 @@ impl Batch<'_, '_, '_> {
         Ok(stored.thread_id == req.thread_id
             && stored.checkpoint_ns == req.checkpoint_ns
             && stored.checkpoint_id == req.checkpoint_id
-            && stored.body_str("interrupt_id") == Some(req.interrupt_id.as_str())
-            && stored.body_str("tool") == Some(req.action.tool.as_str())
-            && stored.body.get("edit_of").is_none_or(Value::is_null)
+            && body.interrupt_id == req.interrupt_id
+            && body.tool == req.action.tool
+            && body.edit_of.is_none()
             && ct_eq(&digest, stored_digest)
-            && req.redact.iter().all(|p| applied.contains(&p.as_str()))
+            && req.redact.iter().all(|p| applied.contains(p))
             && pointers_ok
-            && stored.body.get("allowed_decisions") == Some(&Value::Array(allowed))
+            && body
+                .allowed_decisions
+                .iter()
+                .map(String::as_str)
+                .eq(req.allowed_decisions.iter().map(|d| d.as_str()))
             && window_ok)
     }
 
@@ -97,7 +91,7 @@ impl Batch<'_, '_, '_> {
         req: &DecisionRequest,
     ) -> Result<Appended> {
         let (stored, _) = self.stored(seq)?;
-        if stored.body.get("break_glass") == Some(&Value::Bool(true)) {
+        if stored.body.is_break_glass() {
             // Closed by break-glass: a reviewer's decision is not that append sent again.
             return Err(conflict(format!(
                 "request {q_rid} was already decided by break-glass (seq {seq})",

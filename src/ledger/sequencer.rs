@@ -5,15 +5,14 @@
 //! re-runs the whole batch when the engine answers `Retry`, and marks the ledger unwritable
 //! when a commit fails with an unknown outcome.
 
-use serde_json::{Map, Value};
-
 use super::op::{Appended, Extra, Op, Outcome};
 use super::{Identity, Ledger};
 use crate::clock::Timestamp;
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::body::Body;
 use crate::format::merkle::{self, Hash};
 use crate::format::note::Checkpoint;
-use crate::format::record::{Actor, Kind, Record, ZERO_HASH};
+use crate::format::record::{Actor, Record, ZERO_HASH};
 use crate::index::{self, View};
 use crate::model::state::RequestState;
 use crate::storage::{Durability, Engine, StorageError};
@@ -62,26 +61,20 @@ pub(super) struct Batch<'l, 'v, 's> {
 /// The envelope of a record about to be appended (seq, prev, thread position and ts are
 /// filled in by [`Batch::append`]).
 pub(super) struct Draft {
-    pub(super) kind: Kind,
     pub(super) thread_id: String,
     pub(super) run_id: Option<String>,
     pub(super) checkpoint_ns: String,
     pub(super) checkpoint_id: Option<String>,
     pub(super) request_id: Option<String>,
-    pub(super) body: Map<String, Value>,
+    /// The body, which names the kind.
+    pub(super) body: Body,
 }
 
 impl Draft {
     /// A record of request `rid`, inheriting the interrupt's thread, namespace, run and
     /// checkpoint.
-    pub(super) fn for_request(
-        kind: Kind,
-        st: &RequestState,
-        rid: &str,
-        body: Map<String, Value>,
-    ) -> Draft {
+    pub(super) fn for_request(st: &RequestState, rid: &str, body: Body) -> Draft {
         Draft {
-            kind,
             thread_id: st.thread_id.clone(),
             run_id: st.run_id.clone(),
             checkpoint_ns: st.checkpoint_ns.clone(),
@@ -108,7 +101,7 @@ impl Batch<'_, '_, '_> {
                 head.last_hash
             },
             ts: self.ts,
-            kind: d.kind,
+            kind: d.body.kind(),
             thread_id: d.thread_id,
             run_id: d.run_id,
             checkpoint_ns: d.checkpoint_ns,

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::format::body::Detail;
 use crate::format::jcs;
 use crate::format::merkle::Hash;
 use crate::format::record::{MAX_ID_BYTES, check_client_id, check_id, parse_hex_hash};
@@ -579,8 +580,8 @@ pub struct FollowUpRequest {
     pub follows: Hash,
     /// What happened (non-empty).
     pub outcome: String,
-    /// Detail: string, object or null.
-    pub detail: Value,
+    /// Detail: text or an object (`None` for null or absent).
+    pub detail: Option<Detail>,
     /// The target system's id.
     pub operation_id: Option<String>,
     /// The run.
@@ -618,8 +619,9 @@ impl FollowUpRequest {
         let outcome = f.req_str("outcome")?;
         let outcome = f.non_empty("outcome", outcome)?;
         let detail = match f.opt("detail") {
-            None => Value::Null,
-            Some(v @ (Value::String(_) | Value::Object(_))) => v.clone(),
+            None => None,
+            Some(Value::String(s)) => Some(Detail::Text(s.clone())),
+            Some(Value::Object(o)) => Some(Detail::Object(o.clone())),
             Some(_) => {
                 return Err(Error::new(
                     ErrorCode::InvalidRequest,

@@ -3,8 +3,9 @@
 //! this computes; the gate asks it before writing.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::clock::Timestamp;
+use crate::format::body::{Body, InterruptBody};
 use crate::format::record::{Kind, Record};
 
 /// The state of an approval request.
@@ -124,19 +125,26 @@ impl RequestState {
 
     /// The state an `interrupt` record at `seq` opens.
     pub fn opened(r: &Record, seq: u64) -> RequestState {
+        let b = match &r.body {
+            Body::Interrupt(b) => Some(b),
+            _ => None,
+        };
+        let text = |f: fn(&InterruptBody) -> &String| b.map(f).cloned().unwrap_or_default();
         RequestState {
             thread_id: r.thread_id.clone(),
             checkpoint_ns: r.checkpoint_ns.clone(),
             run_id: r.run_id.clone(),
             checkpoint_id: r.checkpoint_id.clone(),
-            interrupt_id: body_str(r, "interrupt_id"),
+            interrupt_id: text(|b| &b.interrupt_id),
             interrupt_seq: seq,
-            tool: body_str(r, "tool"),
-            action_digest: body_str(r, "action_digest"),
-            redacted: str_list(r, "redacted"),
-            allowed_decisions: str_list(r, "allowed_decisions"),
-            review_expires_at: r.body_ts("expires_at").map_or(0, |t| t.micros()),
-            edit_of: r.body_str("edit_of").map(str::to_owned),
+            tool: text(|b| &b.tool),
+            action_digest: text(|b| &b.action_digest),
+            redacted: b.map(|b| b.redacted.clone()).unwrap_or_default(),
+            allowed_decisions: b.map(|b| b.allowed_decisions.clone()).unwrap_or_default(),
+            review_expires_at: b
+                .and_then(|b| Timestamp::parse(&b.expires_at).ok())
+                .map_or(0, |t| t.micros()),
+            edit_of: b.and_then(|b| b.edit_of.clone()),
             status: Status::Open,
             decision: None,
             used: false,
@@ -160,7 +168,7 @@ impl RequestState {
         let was_open = self.status == Status::Open;
         let mut t = Transition::default();
         match r.kind {
-            Kind::Decision if r.body.get("ticket_id").is_some_and(Value::is_null) => {
+            Kind::Decision if r.body.is_partial_approval() => {
                 // A partial approval: counted, issuing nothing; the request stays open.
                 self.approvals.push(Approval {
                     principal: r.actor.principal.clone(),
@@ -186,7 +194,7 @@ impl RequestState {
                     superseded_by: r.body_str("superseded_by").map(str::to_owned),
                     seq,
                 });
-                let break_glass = r.body.get("break_glass") == Some(&Value::Bool(true));
+                let break_glass = r.body.is_break_glass();
                 if self.status == Status::Approved && !break_glass {
                     self.approvals.push(Approval {
                         principal: r.actor.principal.clone(),
@@ -233,9 +241,7 @@ pub struct Transition {
 /// True for an `authorization` that granted for real (`granted: true`, `would_deny: null`):
 /// it consumes the ticket. An observe-mode answer to a would-be denial does not.
 pub fn is_real_grant(r: &Record) -> bool {
-    r.kind == Kind::Authorization
-        && r.body.get("granted").and_then(|v| v.as_bool()) == Some(true)
-        && r.body.get("would_deny").is_none_or(|v| v.is_null())
+    matches!(&r.body, Body::Authorization(b) if b.granted && b.would_deny.is_none())
 }
 
 /// Why an operation is refused by the request's state (409 `conflict`).
@@ -268,24 +274,12 @@ fn body_str(r: &Record, k: &str) -> String {
     r.body_str(k).unwrap_or_default().to_string()
 }
 
-fn str_list(r: &Record, k: &str) -> Vec<String> {
-    r.body
-        .get(k)
-        .and_then(|v| v.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::Timestamp;
     use crate::format::record::{Actor, ZERO_HASH};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn rec(kind: Kind, body: Value) -> Record {
         Record {
@@ -302,7 +296,7 @@ mod tests {
             thread_seq: 0,
             thread_prev: ZERO_HASH,
             actor: Actor::system(),
-            body: body.as_object().unwrap().clone(),
+            body: crate::format::body::test_body(kind, body),
         }
     }
 

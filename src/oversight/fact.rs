@@ -6,7 +6,6 @@
 //! and a bundle's replay give the same facts.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::format::record::{Kind, Record};
@@ -107,7 +106,7 @@ pub fn fact(
     let event = match r.kind {
         Kind::Interrupt => Event::Opened,
         Kind::Decision | Kind::Rejection => {
-            if r.body.get("ticket_id").is_none_or(Value::is_null) {
+            if r.body.is_partial_approval() {
                 return None; // a partial approval: counted toward the request, closes nothing
             }
             let decision = if r.kind == Kind::Rejection {
@@ -128,7 +127,7 @@ pub fn fact(
             reason_code: reason_code(r),
         },
         Kind::Authorization => {
-            let granted = r.body.get("granted").and_then(Value::as_bool) == Some(true);
+            let granted = r.body.granted();
             match r.body_str("would_deny") {
                 Some(code) => Event::ObserveDenied(code.to_string()),
                 None if granted => Event::Granted,
@@ -195,7 +194,7 @@ mod tests {
     use super::*;
     use crate::clock::Timestamp;
     use crate::format::record::{Actor, ZERO_HASH};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn rec(kind: Kind, rid: Option<&str>, body: Value) -> Record {
         Record {
@@ -212,7 +211,7 @@ mod tests {
             thread_seq: 0,
             thread_prev: ZERO_HASH,
             actor: Actor::with_role("alice", "reviewer", None),
-            body: body.as_object().unwrap().clone(),
+            body: crate::format::body::test_body(kind, body),
         }
     }
 

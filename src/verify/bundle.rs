@@ -164,7 +164,7 @@ fn check_bundle(
         }
     };
     for (r, _) in &replayed {
-        if let Some(named) = r.body_str("policy")
+        if let Some(named) = r.body.hash("policy").map(|h| hex_hash(&h))
             && !policies.iter().any(|(_, h)| hex_hash(h) == named)
         {
             return Err(Problem::at(

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::rules::{Key, key};
+use crate::format::body::Body;
 use crate::format::merkle::Hash;
 use crate::format::record::{Record, hex_hash};
 use crate::model::policy::{Mode, Policy, ToolPolicy};
@@ -70,14 +71,14 @@ impl Governance {
                 r.seq
             ))
         };
-        let Some(doc) = r.body.get("policy") else {
+        let Body::Policy(body) = &r.body else {
             return bad("it has no document".into());
         };
-        let p = match Policy::from_document(doc) {
+        let p = match Policy::from_document(&serde_json::Value::Object(body.policy.clone())) {
             Ok(p) => p,
             Err(e) => return bad(e.message().to_string()),
         };
-        if r.body_str("policy_digest") != Some(p.digest().as_str()) {
+        if body.policy_digest != p.digest() {
             return bad("policy_digest is not the document's".into());
         }
         let tools = p
@@ -102,9 +103,9 @@ impl Governance {
 
     /// Rule 9: an interrupt's `policy` member names the policy record in force.
     pub(super) fn interrupt(&self, r: &Record) -> Option<String> {
-        let named = r.body_str("policy")?;
+        let named = hex_hash(&r.body.hash("policy")?);
         let in_force = self.in_force.as_ref().map(|p| hex_hash(&p.id));
-        if in_force.as_deref() == Some(named) {
+        if in_force.as_deref() == Some(named.as_str()) {
             return None;
         }
         Some(format!(
@@ -125,8 +126,8 @@ impl Governance {
         let q_rid = crate::codec::quoted(rid);
         let t = self.tool(&q.tool);
         let decision = r.body_str("decision").unwrap_or_default();
-        let ticket = r.body.get("ticket_id").and_then(|v| v.as_str());
-        if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true)) {
+        let ticket = r.body_str("ticket_id");
+        if r.body.is_break_glass() {
             // Rule 11 (rule 10 is for decisions that are not break-glass ones).
             if r.actor.role != BREAK_GLASS_ROLE || decision != "approve" || ticket.is_none() {
                 return Some(format!(
@@ -154,16 +155,16 @@ impl Governance {
     /// Rule 13: a rejection's or revocation's `reason_code` (when present) is one of T(R)'s
     /// `reason_codes` in the policy in force.
     pub(super) fn reason_code(&self, r: &Record, q: &RequestGov, rid: &str) -> Option<String> {
-        let code = r.body.get("reason_code")?;
+        let code = r.body_str("reason_code")?;
         let t = self.tool(&q.tool);
-        if code.as_str().is_some_and(|c| t.allows_reason(c)) {
+        if t.allows_reason(code) {
             return None;
         }
         Some(format!(
             "rule 13: a {} of request {} whose reason_code {} is not among its tool's reason_codes in the policy in force",
             r.kind.as_str(),
             crate::codec::quoted(rid),
-            crate::codec::quoted(code.as_str().unwrap_or_default())
+            crate::codec::quoted(code)
         ))
     }
 
@@ -184,7 +185,7 @@ impl Governance {
         if q.reviewed {
             return Some(format!("rule 12c: a second review of request {q_rid}"));
         }
-        if r.body_str("reviews") != Some(hex_hash(&bg.0).as_str()) {
+        if r.body.hash("reviews") != Some(bg.0) {
             return Some(format!(
                 "rule 12d: a review of request {q_rid} naming another record than its break-glass use"
             ));
@@ -254,10 +255,10 @@ fn rule_10(
         }
         _ => {}
     }
-    let counts = (
-        r.body.get("approvals").and_then(|v| v.as_u64()),
-        r.body.get("approvals_required").and_then(|v| v.as_u64()),
-    );
+    let counts = match &r.body {
+        Body::Decision(b) => (b.approvals, b.approvals_required),
+        _ => (None, None),
+    };
     let expected = if need > 1 {
         (Some(n), Some(need))
     } else {
@@ -428,7 +429,7 @@ mod reasons_vectors {
             );
             let form = c["form"].as_str().unwrap();
             assert_eq!(
-                r.body.contains_key("reason_code"),
+                r.body_str("reason_code").is_some(),
                 form.ends_with("_with_reason_code"),
                 "{form}"
             );

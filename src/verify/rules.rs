@@ -232,7 +232,7 @@ impl RuleReplay {
                 self.tickets.insert(k, decode_ticket(&v)?);
             }
         }
-        if let Some(h) = r.body_str("follows").and_then(parse_hex_hash)
+        if let Some(h) = r.body.hash("follows")
             && !self.records.contains_key(&h)
             && let Some(v) = sp.store.get(&spill_key(TAG_RECORD, &h))?
         {
@@ -370,7 +370,7 @@ impl RuleReplay {
                     if let Some(v) = self.gov.decision(r, &req.gov, rid) {
                         return Some(v);
                     }
-                    if r.body.get("ticket_id").is_some_and(|v| v.is_null()) {
+                    if r.body.is_partial_approval() {
                         // A partial approval: counted, closing nothing.
                         let actor = principal_key(&r.actor.principal);
                         if let Some(q) = self.requests.get_mut(&rkey) {
@@ -405,7 +405,7 @@ impl RuleReplay {
                 );
                 // Only an allowed break-glass decision is one (rule 12 reviews it): a forbidden
                 // record changes no state, the ticket rule above included.
-                if r.body.get("break_glass") == Some(&serde_json::Value::Bool(true))
+                if r.body.is_break_glass()
                     && let Some(q) = self.requests.get_mut(&rkey)
                 {
                     q.gov.break_glass =
@@ -473,7 +473,7 @@ impl RuleReplay {
             }
             Kind::Authorization => self.grant(r, rid, rkey, ts),
             Kind::FollowUp => {
-                let follows = r.body_str("follows").and_then(parse_hex_hash);
+                let follows = r.body.hash("follows");
                 match follows.and_then(|h| self.records.get(&h)) {
                     Some(owner) if *owner == rkey => None,
                     _ => Some(format!(
@@ -498,8 +498,8 @@ impl RuleReplay {
     /// Rule 6: a real grant (`granted: true`, `would_deny: null`) consumes an unexpired,
     /// unrevoked approval of its own request for exactly the approved action, once.
     fn grant(&mut self, r: &Record, rid: &str, rkey: Key, ts: i64) -> Option<String> {
-        let granted = r.body.get("granted").and_then(|v| v.as_bool()) == Some(true);
-        let observed = r.body.get("would_deny").is_some_and(|v| !v.is_null());
+        let granted = r.body.granted();
+        let observed = r.body_str("would_deny").is_some();
         let req = self.requests.get(&rkey)?;
         if granted && self.gov.paused(&req.gov.tool) {
             return Some(format!(

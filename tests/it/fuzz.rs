@@ -1378,7 +1378,8 @@ impl Ctx {
                 if r.kind == hitl_ledger::format::record::Kind::Interrupt
                     && !self.requests.iter().any(|(q, _)| q == rid)
                 {
-                    let action = json!({"tool": r.body["tool"], "args": r.body["args"]});
+                    let action =
+                        json!({"tool": r.body.to_map()["tool"], "args": r.body.to_map()["args"]});
                     let action = match op {
                         Some(Op::Interrupt(req)) => req.action.to_value(),
                         _ => action,

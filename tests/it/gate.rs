@@ -324,14 +324,20 @@ fn observe_mode_grants_with_would_deny_and_does_not_consume() {
     let a = f.authorize("r", &t, changed, None);
     let g = grant_of(&a);
     assert!(g.granted && g.code.is_none() && g.idempotency_key.is_some());
-    assert_eq!(a.record.body["would_deny"], "approval_action_mismatch");
-    assert_eq!(a.record.body["mode"], "observe");
+    assert_eq!(
+        a.record.body.to_map()["would_deny"],
+        "approval_action_mismatch"
+    );
+    assert_eq!(a.record.body.to_map()["mode"], "observe");
     // Not consumed: the real call still gets a real grant, which consumes it.
     let real = f.authorize("r", &t, email.clone(), None);
     assert!(grant_of(&real).granted);
-    assert_eq!(real.record.body["would_deny"], Value::Null);
+    assert_eq!(real.record.body.to_map()["would_deny"], Value::Null);
     let after = f.authorize("r", &t, email, None);
-    assert_eq!(after.record.body["would_deny"], "approval_already_used");
+    assert_eq!(
+        after.record.body.to_map()["would_deny"],
+        "approval_already_used"
+    );
 }
 
 #[test]
@@ -437,7 +443,8 @@ fn two_executors_racing_get_exactly_one_grant_1000_rounds() {
         assert_eq!(grants, 1, "round {i}");
         let loser = results.iter().find(|a| !grant_of(a).granted).unwrap();
         assert_eq!(
-            loser.record.body["code"], "approval_already_used",
+            loser.record.body.to_map()["code"],
+            "approval_already_used",
             "round {i}"
         );
     }
@@ -522,7 +529,7 @@ fn retry_finds_its_grant_after_an_observe_grant_elsewhere() {
     f.approve("e1");
     let observe = f.authorize("e1", &t, email, Some("A"));
     assert_eq!(
-        observe.record.body["would_deny"],
+        observe.record.body.to_map()["would_deny"],
         "approval_request_mismatch"
     );
     let n = f.size();

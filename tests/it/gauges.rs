@@ -133,7 +133,7 @@ fn history(f: &Fixture) {
     let observed = f.authorize("e1", &te, email("b@example.com"), None);
     assert!(grant_of(&observed).granted);
     assert_eq!(
-        observed.record.body["would_deny"],
+        observed.record.body.to_map()["would_deny"],
         "approval_action_mismatch"
     );
     f.clock.set(at("2026-11-30T20:30:00Z"));
@@ -151,7 +151,7 @@ fn history(f: &Fixture) {
     .unwrap();
     f.interrupt("e2", "t-e2", email("c@example.com"));
     let would = f.authorize("e2", &te, email("c@example.com"), None);
-    assert_eq!(would.record.body["would_deny"], "approval_pending");
+    assert_eq!(would.record.body.to_map()["would_deny"], "approval_pending");
 }
 
 #[test]

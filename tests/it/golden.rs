@@ -27,7 +27,7 @@ fn record(kind: Kind, seq: u64, body: Value) -> Record {
         thread_seq: seq,
         thread_prev: [0xab; 32],
         actor: Actor::agent("agent-1", None),
-        body: body.as_object().unwrap().clone(),
+        body: hitl_ledger::format::body::Body::from_map(kind, body.as_object().unwrap()).unwrap(),
     }
 }
 

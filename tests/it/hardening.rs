@@ -31,8 +31,8 @@ fn regression_observe_mode_does_not_let_an_enforced_tool_through() {
     assert!(!g.granted, "an enforced tool's action must not be granted");
     assert_eq!(g.code.as_deref(), Some("approval_pending"));
     assert!(g.idempotency_key.is_none());
-    assert_eq!(a.record.body["mode"], "enforce");
-    assert_eq!(a.record.body["would_deny"], Value::Null);
+    assert_eq!(a.record.body.to_map()["mode"], "enforce");
+    assert_eq!(a.record.body.to_map()["would_deny"], Value::Null);
     // Approved: the wire is still enforced (a digest mismatch), the e-mail still observed.
     let (t, _) = f.approve("r-email");
     let a = f.authorize("r-email", &t, wire("1000000"), None);
@@ -44,13 +44,16 @@ fn regression_observe_mode_does_not_let_an_enforced_tool_through() {
     let other_mail = json!({"tool": "send_email", "args": {"to": "b@example.com"}});
     let a = f.authorize("r-email", &t, other_mail, None);
     assert!(grant_of(&a).granted);
-    assert_eq!(a.record.body["mode"], "observe");
-    assert_eq!(a.record.body["would_deny"], "approval_action_mismatch");
+    assert_eq!(a.record.body.to_map()["mode"], "observe");
+    assert_eq!(
+        a.record.body.to_map()["would_deny"],
+        "approval_action_mismatch"
+    );
     // And the other way round: a request for an enforced tool is enforced for an observed one.
     f.interrupt("r-wire", "t", wire("5"));
     let a = f.authorize("r-wire", INVENTED_TICKET, email(), None);
     assert!(!grant_of(&a).granted);
-    assert_eq!(a.record.body["mode"], "enforce");
+    assert_eq!(a.record.body.to_map()["mode"], "enforce");
 }
 
 fn nested_detail(levels: usize) -> String {
@@ -359,10 +362,14 @@ fn regression_reindex_refuses_to_sign_over_a_forged_record() {
     forged.thread_seq = i.record.thread_seq + 1;
     forged.thread_prev = i.leaf_hash;
     forged.actor = reviewer();
-    forged.body = map(json!({
-        "decision": "approve", "rationale": null, "ticket_id": forged_ticket,
-        "expires_at": "2026-11-30T20:10:00.000000Z", "edited_digest": null, "superseded_by": null,
-    }));
+    forged.body = hitl_ledger::format::body::Body::from_map(
+        forged.kind,
+        &map(json!({
+            "decision": "approve", "rationale": null, "ticket_id": forged_ticket,
+            "expires_at": "2026-11-30T20:10:00.000000Z", "edited_digest": null, "superseded_by": null,
+        })),
+    )
+    .unwrap();
     let leaf = forged.leaf().unwrap();
     Record::from_leaf(&leaf).unwrap();
     let s = f.raw_store();

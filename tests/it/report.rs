@@ -70,7 +70,7 @@ fn auth(f: &Fixture, rid: &str, ticket: &str, action: Value, who: u8) -> Value {
         .l()
         .authorize(rid, authorize_req(ticket, action, None), &agent_n(who))
         .unwrap();
-    a.record.body["code"].clone()
+    a.record.body.to_map()["code"].clone()
 }
 
 fn revoke(f: &Fixture, rid: &str, who: u8) {
@@ -176,7 +176,7 @@ fn known_history() -> (Fixture, String) {
         )
         .unwrap();
     assert_eq!(
-        observed.record.body["would_deny"],
+        observed.record.body.to_map()["would_deny"],
         "approval_action_mismatch"
     );
     assert_eq!(
@@ -204,7 +204,10 @@ fn known_history() -> (Fixture, String) {
             &rev("bob"),
         )
         .unwrap();
-    let edit_ticket = edit.record.body["ticket_id"].as_str().unwrap().to_string();
+    let edit_ticket = edit.record.body.to_map()["ticket_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(matches!(edit.extra, Extra::Edit { .. }));
     assert_eq!(
         auth(&f, "r6", &edit_ticket, pay("refund", 600), 2),
@@ -1168,10 +1171,14 @@ fn rejection(seq: u64, secs: i64, rid: &str, code: &str) -> hitl_ledger::format:
         thread_seq: 0,
         thread_prev: ZERO_HASH,
         actor: rev("alice"),
-        body: map(
-            json!({"rationale": "SECRET-RATIONALE", "ticket_id": FAKE_TICKET,
+        body: hitl_ledger::format::body::Body::from_map(
+            Kind::Rejection,
+            &map(
+                json!({"rationale": "SECRET-RATIONALE", "ticket_id": FAKE_TICKET,
                          "reason_code": code}),
-        ),
+            ),
+        )
+        .unwrap(),
     }
 }
 

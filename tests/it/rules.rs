@@ -228,7 +228,7 @@ fn a_second_interrupt_of_a_request() {
         &mut f,
         Kind::Interrupt,
         "r",
-        Value::Object(i.record.body.clone()),
+        Value::Object(i.record.body.to_map()),
     );
     assert_violation_at(&mut f, seq, "rule 1");
 }
@@ -319,7 +319,8 @@ fn forge_record(
             thread_seq,
             thread_prev,
             actor,
-            body: map(body),
+            body: hitl_ledger::format::body::Body::from_map(kind, &map(body))
+                .expect("a forged record must still be a valid record"),
         };
         edit(&mut record);
         let leaf = record.leaf().unwrap();
@@ -432,7 +433,7 @@ fn the_log_begins_with_the_policy_record_and_bundles_carry_it() {
     );
     let i = f.interrupt("r", "t", refund(10));
     let (_, h0) = f.l().record(0).unwrap().unwrap();
-    assert_eq!(i.record.body_str("policy"), Some(hex::encode(h0).as_str()));
+    assert_eq!(i.record.body.hash("policy"), Some(h0));
     let b = f.l().export_json("t").unwrap();
     assert_eq!(b["policy"]["records"][0]["seq"], 0);
 }
@@ -449,14 +450,17 @@ fn governed_histories_written_by_the_gate_have_no_rule_violation() {
         "r",
         &as_reviewer("carol").in_groups(vec!["treasury".into()]),
     );
-    assert!(partial.record.body["ticket_id"].is_null());
-    assert_eq!(partial.record.body["approved_as"], "group:treasury");
+    assert!(partial.record.body.to_map()["ticket_id"].is_null());
+    assert_eq!(
+        partial.record.body.to_map()["approved_as"],
+        "group:treasury"
+    );
     let last = decide_as(&f, "r", &as_reviewer("bob"));
     let ticket = last.record.body_str("ticket_id").unwrap().to_string();
     assert_eq!(
         (
-            last.record.body["approvals"].clone(),
-            last.record.body["approvals_required"].clone()
+            last.record.body.to_map()["approvals"].clone(),
+            last.record.body.to_map()["approvals_required"].clone()
         ),
         (json!(2), json!(2))
     );
@@ -716,14 +720,14 @@ fn an_interrupt_naming_a_policy_record_not_in_force() {
         Kind::Interrupt,
         "r9",
         agent(),
-        Value::Object(first.record.body.clone()),
+        Value::Object(first.record.body.to_map()),
     );
     assert_violation_at(&mut f, seq, "rule 9");
     // naming a record that is not a policy record at all: rule 9 for `verify`; a bundle,
     // which carries only policy records, is refused before the replay (check 12)
     let mut f = Fixture::new();
     let first = f.interrupt("r", "t", refund(10));
-    let mut body = Value::Object(first.record.body.clone());
+    let mut body = Value::Object(first.record.body.to_map());
     body["policy"] = json!(hex::encode(first.leaf_hash));
     let seq = forge_as(&mut f, Kind::Interrupt, "r9", agent(), body);
     let report = f.l().verify(None, &mut |_, _| {}).unwrap();

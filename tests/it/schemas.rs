@@ -1154,7 +1154,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     }));
     // It names the policy record it was opened under.
     let policy_id = hex_hash(&f.l().record(0).unwrap().unwrap().1);
-    assert_eq!(opened.record.body["policy"], json!(policy_id));
+    assert_eq!(opened.record.body.to_map()["policy"], json!(policy_id));
     let approved = run.decide(
         "r-full",
         json!({"decision": "approve", "rationale": "fine"}),
@@ -1202,7 +1202,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         "r-rej-code",
         json!({"decision": "reject", "rationale": "wrong amount", "reason_code": "wrong_amount"}),
     );
-    assert_eq!(coded.record.body["reason_code"], "wrong_amount");
+    assert_eq!(coded.record.body.to_map()["reason_code"], "wrong_amount");
 
     // Edited: the edit decision, the new interrupt and its approval; the edit's ticket is
     // superseded, the new one grants.
@@ -1220,7 +1220,10 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     else {
         panic!("an edit: {:?}", edit.extra)
     };
-    let edit_ticket = edit.record.body["ticket_id"].as_str().unwrap().to_string();
+    let edit_ticket = edit.record.body.to_map()["ticket_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_ne!(edit_ticket, new_ticket);
     let sup = run.authorize(
         "r-edit",
@@ -1257,7 +1260,10 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         json!({"ticket_id": UNKNOWN_TICKET, "action": mail}),
     );
     assert_eq!(code(&observed), (true, None));
-    assert_eq!(observed.record.body["would_deny"], "approval_not_found");
+    assert_eq!(
+        observed.record.body.to_map()["would_deny"],
+        "approval_not_found"
+    );
 
     // A timeout (the sweep, after the review window) and an expired approval.
     run.interrupt(
@@ -1314,7 +1320,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
         ),
         (&Value::Null, &Value::Null, &json!(1), &json!(2))
     );
-    assert_eq!(partial.record.body["approved_as"], "alice");
+    assert_eq!(partial.record.body.to_map()["approved_as"], "alice");
     let partial_again = run.decide_as("r-two", approve("first"), reviewer_as("alice", &[]));
     assert!(partial_again.duplicate);
     assert_eq!(partial_again.seq, partial.seq);
@@ -1359,7 +1365,10 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
             counts: Some((2, 2))
         }
     ));
-    assert_eq!(final_approval.record.body["approved_as"], "group:treasury");
+    assert_eq!(
+        final_approval.record.body.to_map()["approved_as"],
+        "group:treasury"
+    );
     let two_of_two = run.request("r-two");
     assert_eq!(two_of_two["state"], "approved");
     assert_eq!(two_of_two["approvals"].as_array().unwrap().len(), 2);
@@ -1417,8 +1426,8 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     assert_eq!(paused.to_json()["route"], "manual_operator");
     assert_eq!(
         (
-            &paused.record.body["mode"],
-            &paused.record.body["expires_at"]
+            &paused.record.body.to_map()["mode"],
+            &paused.record.body.to_map()["expires_at"]
         ),
         (&json!("enforce"), &Value::Null)
     );
@@ -1478,8 +1487,8 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     );
     assert_eq!(
         (
-            &bg.record.body["break_glass"],
-            &bg.record.body["rationale"],
+            &bg.record.body.to_map()["break_glass"],
+            &bg.record.body.to_map()["rationale"],
             &bg.record.actor.role.as_str()
         ),
         (&json!(true), &Value::Null, &"break_glass")
@@ -1507,7 +1516,7 @@ fn every_record_kind_and_request_body_matches_the_schemas() {
     );
     let review = run.append("review", Some("r-bg"), review_body.clone(), reviewer());
     assert_eq!(
-        review.record.body["reviews"],
+        review.record.body.to_map()["reviews"],
         json!(hex_hash(&bg.leaf_hash))
     );
     assert!(

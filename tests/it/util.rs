@@ -353,7 +353,8 @@ pub fn forge(
             thread_seq,
             thread_prev,
             actor: agent(),
-            body: map(body),
+            body: hitl_ledger::format::body::Body::from_map(kind, &map(body))
+                .expect("a forged record must still be a valid record"),
         };
         let leaf = record.leaf().unwrap();
         Record::from_leaf(&leaf).expect("a forged record must still be a valid record");

@@ -252,10 +252,9 @@ fn chain_tampering_agrees() {
             let prev = Record::from_leaf(&leaf(s, k - 1)).unwrap();
             forged.prev = merkle::leaf_hash(&leaf(s, k - 1));
             forged.ts = prev.ts;
-            forged.body.insert(
-                "args".into(),
-                json!({"order_id": "O-19", "amount_cents": 999_999}),
-            );
+            if let hitl_ledger::format::body::Body::Interrupt(b) = &mut forged.body {
+                b.args = map(json!({"order_id": "O-19", "amount_cents": 999_999}));
+            }
             s.raw_put(Cf::Records, &be(k), &forged.leaf().unwrap())
                 .unwrap();
         },
