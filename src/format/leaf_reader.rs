@@ -465,6 +465,7 @@ mod tests {
             Just(Value::from(-1)),
             Just(Value::from(1.5)),
             Just(Value::from(true)),
+            Just(Value::from(false)),
             Just(Value::from("")),
             Just(Value::from("a")),
             Just(Value::from("agent")),
@@ -582,6 +583,93 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every body member of every golden leaf, and every optional member of every kind,
+    /// replaced by each value of another type (or the same), removed, or added: the typed
+    /// reader answers exactly as the value tree does (every case, not a sample, so a body rule
+    /// the reader forgot shows).
+    #[test]
+    fn every_body_member_of_every_kind_is_read_as_the_value_tree_reads_it() {
+        let values = [
+            Value::Null,
+            Value::from(0),
+            Value::from(1),
+            Value::from(2),
+            Value::from(MAX_SAFE_INTEGER),
+            Value::from(MAX_SAFE_INTEGER + 1),
+            Value::from(-1),
+            Value::from(1.5),
+            Value::from(true),
+            Value::from(false),
+            Value::from(""),
+            Value::from(" "),
+            Value::from("a"),
+            Value::from("2026-01-01T00:00:00Z"),
+            Value::from("2026-01-01T00:00:00.000000Z"),
+            Value::from("0".repeat(64)),
+            Value::from("A".repeat(64)),
+            serde_json::json!({}),
+            serde_json::json!({"k": [1, "v"]}),
+            serde_json::json!([]),
+            serde_json::json!(["approve", "reject"]),
+            serde_json::json!(["a", 1]),
+        ];
+        // Members some kind may carry or omit, and one no kind has.
+        let optional = [
+            "policy",
+            "approvals",
+            "approvals_required",
+            "approved_as",
+            "break_glass",
+            "reason",
+            "reason_code",
+            "ticket_id",
+            "extra",
+        ];
+        let mut cases = 0;
+        let mut read_typed = 0;
+        for leaf in golden_leaves() {
+            let v = jcs::parse(&leaf, jcs::ParseOptions::default()).unwrap();
+            let mut names: Vec<String> = v["body"].as_object().unwrap().keys().cloned().collect();
+            names.extend(optional.iter().map(|n| n.to_string()));
+            let mut edits: Vec<(String, Option<Value>)> = Vec::new();
+            for n in &names {
+                edits.push((n.clone(), None));
+                edits.extend(values.iter().map(|x| (n.clone(), Some(x.clone()))));
+            }
+            for (name, value) in edits {
+                let mut w = v.clone();
+                let body = w["body"].as_object_mut().unwrap();
+                match value {
+                    None => {
+                        body.remove(&name);
+                    }
+                    Some(x) => {
+                        body.insert(name.clone(), x);
+                    }
+                }
+                let mutated = jcs::to_vec(&w);
+                let definition = Record::from_leaf(&mutated);
+                let typed = read(&mutated);
+                cases += 1;
+                if typed.is_some() {
+                    read_typed += 1;
+                }
+                // The body holds no timestamp the reader reads otherwise, so whenever the
+                // definition reads a leaf the typed reader reads it too, to the same record.
+                assert_eq!(
+                    typed.ok_or(()),
+                    definition.clone().map_err(|_| ()),
+                    "{name} in {}: {definition:?}",
+                    String::from_utf8_lossy(&mutated)
+                );
+            }
+        }
+        assert!(
+            cases > 2000 && read_typed > 200,
+            "{cases} cases, {read_typed} read"
+        );
     }
 
     /// The raw value of an envelope member of a canonical leaf.
