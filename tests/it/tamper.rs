@@ -127,9 +127,10 @@ fn forged_record_with_correct_looking_prev_is_named() {
     forged.prev = merkle::leaf_hash(&leaf(&s, k - 1));
     forged.seq = k;
     forged.ts = prev.ts;
-    if let hitl_ledger::format::body::Body::Interrupt(b) = &mut forged.body {
-        b.args = map(json!({"order_id": "O-19", "amount_cents": 999_999}));
-    }
+    let hitl_ledger::format::body::Body::Interrupt(b) = &mut forged.body else {
+        panic!("record {k} is not the interrupt to forge");
+    };
+    b.args = map(json!({"order_id": "O-19", "amount_cents": 999_999}));
     s.raw_put(Cf::Records, &be(k), &forged.leaf().unwrap())
         .unwrap();
     drop(s);
