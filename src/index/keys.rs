@@ -39,16 +39,6 @@ pub fn split_deadline_key(k: &[u8]) -> Option<(i64, String)> {
     Some((micros, rid))
 }
 
-/// Idempotency key of a request's interrupt.
-pub fn idem_interrupt(rid: &str) -> Vec<u8> {
-    join(b"interrupt", rid.as_bytes())
-}
-
-/// Idempotency key of a request's closing decision (approve, edit, reject).
-pub fn idem_decision(rid: &str) -> Vec<u8> {
-    join(b"decision", rid.as_bytes())
-}
-
 /// Idempotency key of a request's revocation.
 pub fn idem_revoke(rid: &str) -> Vec<u8> {
     join(b"revoke", rid.as_bytes())
@@ -57,11 +47,6 @@ pub fn idem_revoke(rid: &str) -> Vec<u8> {
 /// Idempotency key of a follow-up.
 pub fn idem_follow_up(rid: &str, fid: &str) -> Vec<u8> {
     join(&join(b"follow_up", rid.as_bytes()), fid.as_bytes())
-}
-
-/// Idempotency key of one reviewer's approval of a request (partial or final).
-pub fn idem_approval(rid: &str, principal: &str) -> Vec<u8> {
-    join(&join(b"approval", rid.as_bytes()), principal.as_bytes())
 }
 
 /// Idempotency key of a request's post-event review.
@@ -122,15 +107,6 @@ pub fn tenant_record_prefix(tenant: &str) -> Vec<u8> {
     k
 }
 
-/// Key of a thread's tenant, in the `thread_heads` keyspace: 0x00 ‖ thread id (no thread id
-/// begins with 0x00). Its value is the tenant's name.
-pub fn thread_tenant_key(thread: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(thread.len() + 1);
-    k.push(0);
-    k.extend_from_slice(thread.as_bytes());
-    k
-}
-
 /// Key of the derived state's format version, in the `meta` keyspace.
 pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 
@@ -138,9 +114,11 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 /// record keys and thread tenants; 3 the policy in force, counted approvals, the
 /// break-glass review queue; 4 the oversight report's facts, the count of open requests and the
 /// per-minute denial counters of the `/metrics` gauges; 5 the tree as tiles of 256 hashes and
-/// the tree's frontier beside the head. A store whose derived state has another version refuses writes
+/// the tree's frontier beside the head; 6 a thread's tenant in its head entry, and a request's
+/// interrupt, closing decision and counted approvals read from its state instead of entries of
+/// their own in `idempotency`. A store whose derived state has another version refuses writes
 /// until `reindex` has rebuilt it from its records.
-pub const DERIVED_VERSION: u64 = 5;
+pub const DERIVED_VERSION: u64 = 6;
 
 /// Key of the tree's frontier (the roots of its perfect subtrees, one per binary digit of the
 /// size, largest first), in `meta`: size (u64 BE) ‖ the hashes; absent while the log is empty.

@@ -124,13 +124,46 @@ pub fn request<L: Lookup + ?Sized>(view: &L, rid: &str) -> Result<Option<Request
         .transpose()
 }
 
+/// The length of a thread head's count and last leaf hash, before its tenant.
+const THREAD_HEAD_LEN: usize = 8 + 32;
+
+/// The mark between a thread head's last leaf hash and its tenant.
+const THREAD_TENANT_MARK: u8 = 1;
+
+/// A thread's head entry (`docs/format.md`): record count (u64 BE) ‖ last leaf hash, then,
+/// for a thread with a tenant, [`THREAD_TENANT_MARK`] ‖ the tenant (UTF-8). One entry, so the
+/// gate reads a thread's tenant and head together and each record rewrites one value.
+fn thread_head_parts(b: &[u8]) -> Result<((u64, Hash), Option<&str>)> {
+    let bad = || {
+        Error::corrupt(format!(
+            "a thread head of {} bytes does not decode",
+            b.len()
+        ))
+    };
+    let count = read_be(b).ok_or_else(bad)?;
+    let hash: Hash = b
+        .get(8..THREAD_HEAD_LEN)
+        .ok_or_else(bad)?
+        .try_into()
+        .map_err(|_| bad())?;
+    let tenant = match b.get(THREAD_HEAD_LEN..) {
+        Some([]) => None,
+        Some([THREAD_TENANT_MARK, rest @ ..]) => Some(
+            std::str::from_utf8(rest)
+                .map_err(|_| Error::corrupt("a thread's tenant is not UTF-8"))?,
+        ),
+        _ => return Err(bad()),
+    };
+    Ok(((count, hash), tenant))
+}
+
 /// Reads a thread's head: (record count, last leaf hash).
 ///
 /// # Errors
 /// A storage error or an undecodable value.
 pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<(u64, Hash)>> {
     view.lookup(Cf::ThreadHeads, thread.as_bytes())?
-        .map(|b| decode(&b, "thread head"))
+        .map(|b| thread_head_parts(&b).map(|(h, _)| h))
         .transpose()
 }
 
@@ -138,11 +171,32 @@ pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<
 /// and the reserved refusals thread.
 ///
 /// # Errors
-/// A storage error or a tenant that is not UTF-8.
+/// A storage error, an undecodable head or a tenant that is not UTF-8.
 pub fn thread_tenant<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<String>> {
-    view.lookup(Cf::ThreadHeads, &thread_tenant_key(thread))?
-        .map(|b| String::from_utf8(b).map_err(|_| Error::corrupt("a thread's tenant is not UTF-8")))
+    view.lookup(Cf::ThreadHeads, thread.as_bytes())?
+        .map(|b| thread_head_parts(&b).map(|(_, t)| t.map(str::to_owned)))
         .transpose()
+        .map(Option::flatten)
+}
+
+/// Moves a stored thread head to `count` records ending in `leaf_hash`, in place, keeping the
+/// tenant it holds.
+fn set_thread_head(value: &mut Option<Vec<u8>>, count: u64, leaf_hash: &Hash) {
+    let v = value.get_or_insert_with(Vec::new);
+    if v.len() < THREAD_HEAD_LEN {
+        v.clear();
+        v.resize(THREAD_HEAD_LEN, 0);
+    }
+    v[..8].copy_from_slice(&be(count));
+    v[8..THREAD_HEAD_LEN].copy_from_slice(leaf_hash);
+}
+
+/// Sets the tenant of a stored thread head (written by [`set_thread_head`] before).
+fn set_thread_tenant(value: &mut Option<Vec<u8>>, tenant: &str) {
+    let v = value.get_or_insert_with(Vec::new);
+    v.resize(THREAD_HEAD_LEN, 0);
+    v.push(THREAD_TENANT_MARK);
+    v.extend_from_slice(tenant.as_bytes());
 }
 
 /// The tree's frontier: the roots of its perfect subtrees, from which the root of the whole
@@ -277,11 +331,9 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         thread_key(&r.thread_id, r.thread_seq),
         be(seq).to_vec(),
     );
-    view.put(
-        Cf::ThreadHeads,
-        r.thread_id.as_bytes(),
-        encode(&(r.thread_seq + 1, *leaf_hash)),
-    );
+    view.update(Cf::ThreadHeads, r.thread_id.as_bytes(), |v| {
+        set_thread_head(v, r.thread_seq + 1, leaf_hash);
+    })?;
     let Some(rid) = r.request_id.as_deref() else {
         if r.kind == Kind::Policy {
             view.put(Cf::Meta, POLICY_KEY, be(seq).to_vec());
@@ -327,13 +379,10 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             Vec::new(),
         );
         if r.thread_seq == 0 {
-            view.put(
-                Cf::ThreadHeads,
-                thread_tenant_key(&r.thread_id),
-                st.tenant.as_bytes().to_vec(),
-            );
+            view.update(Cf::ThreadHeads, r.thread_id.as_bytes(), |v| {
+                set_thread_tenant(v, &st.tenant);
+            })?;
         }
-        view.put(Cf::Idem, idem_interrupt(rid), be(seq).to_vec());
         view.put(Cf::Pending, be(seq).to_vec(), rid.as_bytes());
         let open = pending_count(&*view)?;
         view.put(Cf::Meta, PENDING_COUNT_KEY, be(open + 1).to_vec());
@@ -373,16 +422,10 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         view.delete(Cf::Pending, be(st.interrupt_seq).to_vec());
         view.delete(Cf::Deadlines, deadline_key(st.review_expires_at, rid));
     }
+    // A request's interrupt, closing decision and counted approvals are found in its state
+    // (`interrupt_seq`, `decision`, `approvals`): no entry of their own.
     if let Some(ticket) = &t.ticket {
         view.put(Cf::Tickets, ticket.as_bytes(), rid.as_bytes());
-        view.put(Cf::Idem, idem_decision(rid), be(seq).to_vec());
-    }
-    if st.approvals.last().is_some_and(|a| a.seq == seq) {
-        view.put(
-            Cf::Idem,
-            idem_approval(rid, &r.actor.principal),
-            be(seq).to_vec(),
-        );
     }
     if st.break_glass == Some(seq) {
         view.put(Cf::Idem, break_glass_open_key(seq), be(seq).to_vec());

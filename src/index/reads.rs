@@ -9,8 +9,8 @@ use crate::storage::{Keyspace, Read, scan_prefix};
 
 use super::keys::{
     BREAK_GLASS_OPEN_PREFIX, DenialMode, POLICY_KEY, deadline_key, denial_minute_prefix, grant_key,
-    idem_approval, idem_decision, idem_follow_up, idem_interrupt, idem_review, idem_revoke,
-    split_deadline_key, split_denial_key, tenant_record_key, tenant_record_prefix, thread_key,
+    idem_follow_up, idem_review, idem_revoke, split_deadline_key, split_denial_key,
+    tenant_record_key, tenant_record_prefix, thread_key,
 };
 use super::{Lookup, View, seq_at};
 
@@ -53,7 +53,7 @@ pub fn record_and_leaf<L: Lookup + ?Sized>(l: &L, seq: u64) -> Result<(Record, H
 /// # Errors
 /// A storage error.
 pub fn interrupt_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
-    seq_at(l, Keyspace::Idem, &idem_interrupt(rid))
+    Ok(super::request(l, rid)?.map(|st| st.interrupt_seq))
 }
 
 /// The seq of the request's closing decision (approval, edit or rejection).
@@ -61,7 +61,7 @@ pub fn interrupt_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>
 /// # Errors
 /// A storage error.
 pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
-    seq_at(l, Keyspace::Idem, &idem_decision(rid))
+    Ok(super::request(l, rid)?.and_then(|st| st.decision.map(|d| d.seq)))
 }
 
 /// The seq of `principal`'s approval of the request (partial or final).
@@ -69,7 +69,13 @@ pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>>
 /// # Errors
 /// A storage error.
 pub fn approval_seq<L: Lookup + ?Sized>(l: &L, rid: &str, principal: &str) -> Result<Option<u64>> {
-    seq_at(l, Keyspace::Idem, &idem_approval(rid, principal))
+    Ok(super::request(l, rid)?.and_then(|st| {
+        st.approvals
+            .iter()
+            .rev()
+            .find(|a| a.principal == principal)
+            .map(|a| a.seq)
+    }))
 }
 
 /// The seq of the request's post-event review.

@@ -7,7 +7,12 @@
 //! holds slot numbers, not copies of keys. (The ordered map it replaces copied the key on
 //! every lookup and every undo step.) Order is given only when the batch is taken as
 //! [`Changes`], which keep their keys in order.
+//!
+//! What a read finds in the base, present or absent, is kept too until the batch is taken, so
+//! the gate and [`super::apply`] asking for the same key (a thread's head, a request's state,
+//! the policy in force) reach the engine once per batch, not once per question.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
@@ -47,6 +52,11 @@ pub struct View<'a> {
     /// Bytes of keys and values staged since the last take, counted when staged (a value
     /// replaced, grown or rolled back is not taken off): an upper bound of what the view holds.
     staged_bytes: usize,
+    /// Per keyspace: what reads found in the base since the last take (`None`: absent). The
+    /// base does not change under a view until the view is taken, which empties this.
+    read: RefCell<[HashMap<Vec<u8>, Staged>; Keyspace::ALL.len()]>,
+    /// Bytes of keys and values in `read`, counted as they were read.
+    read_bytes: Cell<usize>,
 }
 
 impl<'a> View<'a> {
@@ -58,6 +68,8 @@ impl<'a> View<'a> {
             slots: Vec::new(),
             undo: Vec::new(),
             staged_bytes: 0,
+            read: RefCell::new(std::array::from_fn(|_| HashMap::new())),
+            read_bytes: Cell::new(0),
         }
     }
 
@@ -69,7 +81,14 @@ impl<'a> View<'a> {
         if let Some(&i) = self.keys[ks_index(ks)].get(key) {
             return Ok(self.slots[i].clone());
         }
-        Ok(self.base.get(ks, key)?)
+        if let Some(v) = self.read.borrow()[ks_index(ks)].get(key) {
+            return Ok(v.clone());
+        }
+        let v = self.base.get(ks, key)?;
+        self.read_bytes
+            .set(self.read_bytes.get() + key.len() + v.as_ref().map_or(0, Vec::len));
+        self.read.borrow_mut()[ks_index(ks)].insert(key.to_vec(), v.clone());
+        Ok(v)
     }
 
     fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {
@@ -96,7 +115,10 @@ impl<'a> View<'a> {
         if let Some(&i) = self.keys[ks_index(ks)].get(key) {
             return Ok(i);
         }
-        let value = self.base.get(ks, key)?;
+        let value = match self.read.get_mut()[ks_index(ks)].remove(key) {
+            Some(v) => v,
+            None => self.base.get(ks, key)?,
+        };
         let i = self.slots.len();
         self.slots.push(value);
         self.keys[ks_index(ks)].insert(key.to_vec(), i);
@@ -202,15 +224,21 @@ impl<'a> View<'a> {
     }
 
     /// Bytes of keys and values staged since the view was made or last taken: every put,
-    /// append and update counted when made, none taken off, so at least what the view holds.
+    /// append and update counted when made, none taken off, and every value read from the
+    /// base with its key, so at least what the view holds.
     pub fn staged_bytes(&self) -> usize {
-        self.staged_bytes
+        self.staged_bytes + self.read_bytes.get()
     }
 
     /// Takes the staged writes as the changes of one commit, leaving the view empty.
     pub fn take(&mut self) -> Changes {
         self.undo.clear();
         self.staged_bytes = 0;
+        // What is taken is about to change the base: nothing read from it before holds.
+        for map in self.read.get_mut() {
+            map.clear();
+        }
+        self.read_bytes.set(0);
         let mut slots = std::mem::take(&mut self.slots);
         let mut ops = Vec::with_capacity(slots.len());
         for (n, map) in self.keys.iter_mut().enumerate() {
@@ -301,8 +329,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::storage::memory::MemoryEngine;
-    use crate::storage::{Durability, Engine};
+    use crate::storage::{Entry, Scan, StorageError};
 
     /// The staging this view replaced, kept as the oracle: an ordered map of (keyspace, key)
     /// to the staged value, and an undo log of copied keys.
@@ -350,6 +377,46 @@ mod tests {
                 }
             }
             c
+        }
+    }
+
+    /// A base that the taken changes are committed to, read live (as `verify`'s runs are).
+    #[derive(Default)]
+    struct Live(std::cell::RefCell<BTreeMap<Key, Vec<u8>>>);
+
+    impl Live {
+        fn commit(&self, c: &Changes) {
+            let mut m = self.0.borrow_mut();
+            for (ks, key, value) in c.iter() {
+                match value {
+                    Some(v) => m.insert((ks, key.to_vec()), v.to_vec()),
+                    None => m.remove(&(ks, key.to_vec())),
+                };
+            }
+        }
+    }
+
+    impl Read for Live {
+        fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+            Ok(self.0.borrow().get(&(ks, key.to_vec())).cloned())
+        }
+        fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+            let entries: Vec<_> = self
+                .0
+                .borrow()
+                .range((ks, start.to_vec())..)
+                .take_while(|((k, _), _)| *k == ks)
+                .map(|((_, k), v)| Ok((k.clone(), v.clone())))
+                .collect();
+            Box::new(entries.into_iter())
+        }
+        fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
+            Ok(self
+                .0
+                .borrow()
+                .iter()
+                .rfind(|((k, _), _)| *k == ks)
+                .map(|((_, k), v)| (k.clone(), v.clone())))
         }
     }
 
@@ -401,19 +468,14 @@ mod tests {
         fn the_view_stages_exactly_as_the_ordered_map_did(
             steps in proptest::collection::vec(step(), 1..80),
         ) {
-            let engine = MemoryEngine::new();
-            {
-                let txn = engine.begin_write().unwrap();
-                let mut c = Changes::new();
-                for (s, ks) in SPACES.iter().enumerate() {
-                    for k in (0..8u8).step_by(2 + s) {
-                        c.put(*ks, vec![k], vec![100 + k]);
-                    }
+            let live = Live::default();
+            for (s, ks) in SPACES.iter().enumerate() {
+                for k in (0..8u8).step_by(2 + s) {
+                    live.0.borrow_mut().insert((*ks, vec![k]), vec![100 + k]);
                 }
-                txn.commit(c, Durability::Buffered).unwrap();
             }
-            let snap = engine.snapshot().unwrap();
-            let mut view = View::new(&*snap);
+            let snap = &live;
+            let mut view = View::new(snap);
             let mut oracle = Oracle::default();
             let mut savepoints: Vec<(usize, usize)> = Vec::new();
             for st in steps {
@@ -429,7 +491,7 @@ mod tests {
                     Step::Append(s, k, v) => {
                         let after = view.append(SPACES[s], &[k], &[v]).unwrap().to_vec();
                         let mut expected =
-                            oracle.get(&*snap, SPACES[s], &[k]).unwrap_or_default();
+                            oracle.get(snap, SPACES[s], &[k]).unwrap_or_default();
                         expected.push(v);
                         prop_assert_eq!(&after, &expected);
                         oracle.set(SPACES[s], vec![k], Some(expected));
@@ -441,14 +503,14 @@ mod tests {
                             (_, None) => *value = Some(vec![v]),
                         };
                         view.update(SPACES[s], &[k], change).unwrap();
-                        let mut expected = oracle.get(&*snap, SPACES[s], &[k]);
+                        let mut expected = oracle.get(snap, SPACES[s], &[k]);
                         change(&mut expected);
                         oracle.set(SPACES[s], vec![k], expected);
                     }
                     Step::Get(s, k) => {
                         prop_assert_eq!(
                             view.get(SPACES[s], &[k]).unwrap(),
-                            oracle.get(&*snap, SPACES[s], &[k])
+                            oracle.get(snap, SPACES[s], &[k])
                         );
                     }
                     Step::Savepoint => savepoints.push((view.savepoint(), oracle.undo.len())),
@@ -462,8 +524,12 @@ mod tests {
                         }
                     }
                     Step::Take => {
+                        // What is taken is committed to the base, as every caller does:
+                        // what the view read of the base before must not be answered again.
                         savepoints.clear();
-                        prop_assert_eq!(view.take(), oracle.take());
+                        let taken = view.take();
+                        prop_assert_eq!(&taken, &oracle.take());
+                        live.commit(&taken);
                     }
                 }
                 prop_assert_eq!(view.len(), oracle.staged.len());

@@ -28,7 +28,6 @@ impl Wanted {
 
     fn thread(&mut self, thread: &str) {
         self.add(Keyspace::ThreadHeads, thread.as_bytes());
-        self.add(Keyspace::ThreadHeads, index::thread_tenant_key(thread));
     }
 }
 
@@ -59,18 +58,14 @@ fn first_round(ops: &[(Op, Actor)]) -> Wanted {
     ] {
         w.add(Keyspace::Meta, key);
     }
-    for (op, actor) in ops {
+    for (op, _) in ops {
         if let Some(rid) = request_of(op) {
             w.add(Keyspace::Requests, rid.as_bytes());
         }
         match op {
             Op::Interrupt(req) => {
-                w.add(Keyspace::Idem, index::idem_interrupt(&req.request_id));
+                w.add(Keyspace::Requests, req.request_id.as_bytes());
                 w.thread(&req.thread_id);
-            }
-            Op::Decide(rid, _) => {
-                w.add(Keyspace::Idem, index::idem_decision(rid));
-                w.add(Keyspace::Idem, index::idem_approval(rid, &actor.principal));
             }
             Op::Authorize(_, req) => {
                 w.add(Keyspace::Tickets, req.ticket_id.as_bytes());
@@ -84,8 +79,12 @@ fn first_round(ops: &[(Op, Actor)]) -> Wanted {
                 w.add(Keyspace::ByHash, req.follows.to_vec());
             }
             Op::Review(rid, _) => w.add(Keyspace::Idem, index::idem_review(rid)),
-            Op::Refusal(_) | Op::Timeout(_) | Op::BreakGlass(..) | Op::Sweep | Op::SetPolicy(_) => {
-            }
+            Op::Decide(..)
+            | Op::Refusal(_)
+            | Op::Timeout(_)
+            | Op::BreakGlass(..)
+            | Op::Sweep
+            | Op::SetPolicy(_) => {}
         }
     }
     w

@@ -28,6 +28,7 @@ mod pg_commit;
 mod pg_tls;
 mod reasons;
 mod report;
+mod request_entry;
 mod rules;
 mod schemas;
 mod server;

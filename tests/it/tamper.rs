@@ -195,18 +195,13 @@ fn truncation_with_checkpoints_deleted_is_caught_by_trusted() {
 #[test]
 fn idempotency_entry_pointed_at_another_record_is_named() {
     let mut f = fixture();
-    let interrupt_seq = f
-        .l()
-        .request_state("req-1-0")
-        .unwrap()
-        .unwrap()
-        .interrupt_seq;
     let s = f.raw_store();
+    let follow_up_seq = s.seq_of("follow_up", Some("req-1-0"));
     // Another request's authorization.
     let other = s.seq_of("authorization", Some("req-0-0"));
     s.raw_put(
         Cf::Idem,
-        &hitl_ledger::index::idem_interrupt("req-1-0"),
+        &hitl_ledger::index::idem_follow_up("req-1-0", "done"),
         &be(other),
     )
     .unwrap();
@@ -214,7 +209,32 @@ fn idempotency_entry_pointed_at_another_record_is_named() {
     let (code, v) = cli_verify(f.path(), &[]);
     assert_eq!(code, 1);
     assert_eq!(v["problem"]["code"], "index", "{v}");
-    assert_eq!(first_seq(&v), Some(interrupt_seq), "{v}");
+    assert_eq!(first_seq(&v), Some(follow_up_seq), "{v}");
+}
+
+#[test]
+fn thread_given_to_another_tenant_is_found() {
+    let mut f = fixture();
+    assert_eq!(
+        f.l().thread_tenant("thread-1").unwrap().as_deref(),
+        Some("agent-1")
+    );
+    let s = f.raw_store();
+    let mut head = s.get(Cf::ThreadHeads, b"thread-1").unwrap().unwrap();
+    // The head's count and last leaf hash kept, its tenant's name changed to another agent's.
+    let n = head.len();
+    head[n - 1] = b'2';
+    s.raw_put(Cf::ThreadHeads, b"thread-1", &head).unwrap();
+    drop(s);
+    f.reopen();
+    assert_eq!(
+        f.l().thread_tenant("thread-1").unwrap().as_deref(),
+        Some("agent-2")
+    );
+    f.close();
+    let (code, v) = cli_verify(f.path(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(v["problem"]["code"], "index", "{v}");
 }
 
 #[test]

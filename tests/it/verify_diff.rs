@@ -405,11 +405,11 @@ fn index_and_checkpoint_tampering_agrees() {
         "index",
         None,
         |_, s| {
-            // Another request's authorization.
+            // The follow-up's entry pointed at the authorization it follows.
             expect_kind(s, 3, "authorization", Some("req-0-0"));
             s.raw_put(
                 Cf::Idem,
-                &hitl_ledger::index::idem_interrupt("req-1-0"),
+                &hitl_ledger::index::idem_follow_up("req-0-0", "done"),
                 &be(3),
             )
             .unwrap();

@@ -1,0 +1,208 @@
+//! Derived version 6 (`docs/format.md`): a request's interrupt, closing decision and counted
+//! approvals are read from its state entry, and a thread's tenant from its head entry, instead
+//! of entries of their own; and the migration of a store an older build wrote (version 5):
+//! writes are refused until `reindex`, which leaves exactly what a fresh ledger has, after which
+//! every idempotent answer is the one it was.
+
+use hitl_ledger::error::ErrorCode;
+use hitl_ledger::index;
+use hitl_ledger::storage::{Changes, Durability, Keyspace};
+
+use crate::util::*;
+
+/// Three threads of three requests each: one approved, one rejected, one open.
+fn history() -> Fixture {
+    let f = Fixture::new();
+    for t in 0..3 {
+        let thread = format!("thread-{t}");
+        for r in 0..3 {
+            let rid = format!("req-{t}-{r}");
+            f.interrupt(&rid, &thread, refund(100 * (t + 1) + r));
+            match r {
+                0 => {
+                    f.approve(&rid);
+                }
+                1 => {
+                    f.reject(&rid);
+                }
+                _ => {}
+            }
+        }
+    }
+    f
+}
+
+fn entries(f: &Fixture, ks: Keyspace) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let snap = f.l().engine().snapshot().unwrap();
+    snap.scan(ks, &[]).collect::<Result<_, _>>().unwrap()
+}
+
+fn requests(f: &Fixture) -> Vec<String> {
+    entries(f, Keyspace::Requests)
+        .into_iter()
+        .map(|(k, _)| String::from_utf8(k).unwrap())
+        .collect()
+}
+
+/// The key an older build gave one of a request's records in `idempotency`: kind ‖ 0 ‖ id
+/// (‖ 0 ‖ principal).
+fn old_idem(kind: &str, parts: &[&str]) -> Vec<u8> {
+    let mut k = kind.as_bytes().to_vec();
+    for p in parts {
+        k.push(0);
+        k.extend_from_slice(p.as_bytes());
+    }
+    k
+}
+
+#[test]
+fn a_request_and_a_thread_are_one_entry_each() {
+    let f = history();
+    for (k, _) in entries(&f, Keyspace::Idem) {
+        for kind in ["interrupt", "decision", "approval"] {
+            assert!(
+                !k.starts_with(&old_idem(kind, &[""])),
+                "an {kind} entry of its own: {k:?}"
+            );
+        }
+    }
+    // The three threads and the policy records' thread, which has no tenant.
+    let heads = entries(&f, Keyspace::ThreadHeads);
+    assert_eq!(heads.len(), 4, "one entry per thread: {heads:?}");
+    for (thread, _) in &heads {
+        let thread = String::from_utf8(thread.clone()).unwrap();
+        let (tenant, count) = match thread.starts_with("thread-") {
+            true => (Some("agent-1"), 5),
+            false => (None, 1),
+        };
+        assert_eq!(f.l().thread_tenant(&thread).unwrap().as_deref(), tenant);
+        assert_eq!(f.l().thread_head(&thread).unwrap().unwrap().0, count);
+    }
+    // The state answers what the entries did.
+    let snap = f.l().engine().snapshot().unwrap();
+    let st = f.l().request_state("req-1-0").unwrap().unwrap();
+    assert_eq!(
+        index::interrupt_seq(&*snap, "req-1-0").unwrap(),
+        Some(st.interrupt_seq)
+    );
+    let decided = st.decision.as_ref().unwrap().seq;
+    assert_eq!(
+        index::decision_seq(&*snap, "req-1-0").unwrap(),
+        Some(decided)
+    );
+    assert_eq!(
+        index::approval_seq(&*snap, "req-1-0", "alice").unwrap(),
+        Some(decided)
+    );
+    assert_eq!(
+        index::approval_seq(&*snap, "req-1-1", "alice").unwrap(),
+        None
+    );
+    assert_eq!(index::decision_seq(&*snap, "req-1-2").unwrap(), None);
+    assert_eq!(index::interrupt_seq(&*snap, "nope").unwrap(), None);
+}
+
+/// Rewrites a closed ledger's derived state as a version-5 build left it: each thread's
+/// head a bincode `(count, last leaf hash)` and its tenant under `0 ‖ thread`, each request's
+/// interrupt, closing decision and counted approvals under keys of their own.
+fn rewind_to_version_5(f: &mut Fixture) {
+    let rids = requests(f);
+    let states: Vec<_> = rids
+        .iter()
+        .map(|r| f.l().request_state(r).unwrap().unwrap())
+        .collect();
+    let heads = entries(f, Keyspace::ThreadHeads);
+    f.close();
+    let engine = engine_of(f.path());
+    let txn = engine.begin_write().unwrap();
+    let mut c = Changes::new();
+    for (thread, v) in heads {
+        assert!(v.len() == 40 || v[40] == 1, "a head: {v:?}");
+        let count = u64::from_be_bytes(v[..8].try_into().unwrap());
+        let hash: [u8; 32] = v[8..40].try_into().unwrap();
+        let old =
+            bincode::serde::encode_to_vec((count, hash), bincode::config::standard()).unwrap();
+        if v.len() > 40 {
+            let mut tenant_key = vec![0];
+            tenant_key.extend_from_slice(&thread);
+            c.put(Keyspace::ThreadHeads, tenant_key, v[41..].to_vec());
+        }
+        c.put(Keyspace::ThreadHeads, thread, old);
+    }
+    for (rid, st) in rids.iter().zip(&states) {
+        let seq = |s: u64| s.to_be_bytes().to_vec();
+        c.put(
+            Keyspace::Idem,
+            old_idem("interrupt", &[rid]),
+            seq(st.interrupt_seq),
+        );
+        if let Some(d) = &st.decision {
+            c.put(Keyspace::Idem, old_idem("decision", &[rid]), seq(d.seq));
+        }
+        for a in &st.approvals {
+            c.put(
+                Keyspace::Idem,
+                old_idem("approval", &[rid, &a.principal]),
+                seq(a.seq),
+            );
+        }
+    }
+    c.put(
+        Keyspace::Meta,
+        index::DERIVED_VERSION_KEY.to_vec(),
+        5u64.to_be_bytes().to_vec(),
+    );
+    txn.commit(c, Durability::Synced).unwrap();
+}
+
+#[test]
+fn a_version_5_store_is_refused_until_reindex_folds_its_entries() {
+    let mut f = history();
+    let fresh: Vec<_> = [Keyspace::ThreadHeads, Keyspace::Idem, Keyspace::Meta]
+        .into_iter()
+        .map(|ks| entries(&f, ks))
+        .collect();
+    rewind_to_version_5(&mut f);
+    f.reopen();
+    let n = f.size();
+    let e = f
+        .l()
+        .interrupt(interrupt_req("req-new", "thread-0", refund(1)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    assert!(
+        e.message().contains("version 5") && e.message().contains("reindex"),
+        "{e}"
+    );
+    assert_eq!(f.size(), n, "nothing written");
+    f.l().reindex().unwrap();
+    let now: Vec<_> = [Keyspace::ThreadHeads, Keyspace::Idem, Keyspace::Meta]
+        .into_iter()
+        .map(|ks| entries(&f, ks))
+        .collect();
+    assert_eq!(now, fresh, "what a fresh ledger has");
+    let v = f.l().verify(None, &mut |_, _| {}).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    // Reopened, every idempotent answer is the one it was, and a thread stays its tenant's.
+    f.reopen();
+    let n = f.size();
+    let again = f
+        .l()
+        .interrupt(interrupt_req("req-2-2", "thread-2", refund(302)), &agent())
+        .unwrap();
+    assert!(again.duplicate);
+    let again = f
+        .l()
+        .decide("req-2-0", decision("approve", None), &reviewer())
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(f.size(), n, "duplicates write nothing");
+    let e = f
+        .l()
+        .interrupt(
+            interrupt_req("req-other", "thread-1", refund(1)),
+            &hitl_ledger::format::record::Actor::agent("agent-2", None),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::IdentifierInUse, "{e}");
+}
