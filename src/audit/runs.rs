@@ -634,6 +634,9 @@ impl Iterator for Merge<'_> {
     }
 }
 
+/// How long [`take_folder`] waits for a folder's lock before it says another check holds it.
+const FOLDER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Takes the lock of the folder `d` (a file `d.lock` beside it, kept), then empties the
 /// folder: what a run that died left there goes, and a second check of the same data
 /// directory (two `verify --read-database` at once, which take no process lock) is refused
@@ -649,19 +652,28 @@ fn take_folder(d: &std::path::Path) -> Result<std::fs::File, StorageError> {
         .truncate(false)
         .open(&path)
         .map_err(|e| corrupt("locking the sorted runs' folder", e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(corrupt(
-                "locking the sorted runs' folder",
-                format!(
-                    "{} is in use by another check of this data directory; run one at a time",
-                    d.display()
-                ),
-            ));
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(corrupt("locking the sorted runs' folder", e));
+    // A lock held for an instant is not another check: a process this one forks (a server's
+    // or a test harness's child) holds a copy of a lock this process just closed until the
+    // child execs. Another check holds it for its whole run, far longer than this wait.
+    let deadline = std::time::Instant::now() + FOLDER_LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(corrupt(
+                    "locking the sorted runs' folder",
+                    format!(
+                        "{} is in use by another check of this data directory; run one at a time",
+                        d.display()
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(corrupt("locking the sorted runs' folder", e));
+            }
         }
     }
     let _ = std::fs::remove_dir_all(d);
@@ -1178,6 +1190,22 @@ mod tests {
         );
         drop(first);
         Runs::new(Some(path), &[]).unwrap();
+    }
+
+    /// A forked child holds a copy of a lock its parent just closed until it execs: a lock
+    /// released within the wait is taken, not reported as another check.
+    #[test]
+    fn a_lock_held_for_an_instant_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs");
+        let held = std::fs::File::create(dir.path().join("runs.lock")).unwrap();
+        held.try_lock().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(held);
+        });
+        Runs::new(Some(path), &[]).unwrap();
+        release.join().unwrap();
     }
 
     #[test]
