@@ -58,6 +58,31 @@ const ENVELOPE: [&str; 15] = [
 /// The actor's members, in canonical order.
 const ACTOR: [&str; 3] = ["principal", "role", "tenant"];
 
+/// True when `names` are strictly ascending in byte order: [`members`] walks them with one
+/// cursor, so every list it is given must be (checked at compile time, below and per kind).
+const fn ascending(names: &[&str]) -> bool {
+    let mut i = 1;
+    while i < names.len() {
+        let (a, b) = (names[i - 1].as_bytes(), names[i].as_bytes());
+        let mut j = 0;
+        while j < a.len() && j < b.len() && a[j] == b[j] {
+            j += 1;
+        }
+        let less = if j < a.len() && j < b.len() {
+            a[j] < b[j]
+        } else {
+            a.len() < b.len()
+        };
+        if !less {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const _: () = assert!(ascending(&ENVELOPE) && ascending(&ACTOR));
+
 /// Reads a record from a leaf the typed way, or `None` when the leaf is anything but a
 /// canonical, valid record of a form this reader takes (then [`Record::from_leaf`] answers).
 pub fn read(leaf: &[u8]) -> Option<Record> {
@@ -159,6 +184,18 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
     const REFUSAL: [&str; 3] = ["error", "method", "path"];
     const POLICY: [&str; 2] = ["policy", "policy_digest"];
     const REVIEW: [&str; 3] = ["rationale", "reviews", "verdict"];
+    const _: () = assert!(
+        ascending(&INTERRUPT)
+            && ascending(&DECISION)
+            && ascending(&REJECTION)
+            && ascending(&FOLLOW_UP)
+            && ascending(&AUTHORIZATION)
+            && ascending(&TIMEOUT)
+            && ascending(&REVOCATION)
+            && ascending(&REFUSAL)
+            && ascending(&POLICY)
+            && ascending(&REVIEW)
+    );
 
     /// The members' values by name, for one kind's names.
     struct Fields<'a, const N: usize> {
@@ -355,11 +392,22 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
 fn members<const N: usize>(bytes: &[u8], names: &[&str; N]) -> Option<[Option<Range<usize>>; N]> {
     let mut at: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
     let mut known = true;
+    // The names are sorted and a canonical object's members come in that order (ASCII names
+    // sort the same in UTF-16 and in bytes), so one cursor walks both: a member the cursor
+    // passes is not one of `names`, and bytes out of order are not canonical, refused below
+    // whatever the walk found.
+    let mut next = 0;
     let canonical = jcs_check::scan(bytes, 1, &mut |m: &Member| {
         let name = &bytes[m.name.clone()];
-        match names.binary_search_by(|n| n.as_bytes().cmp(name)) {
+        while next < N && names[next].as_bytes() < name {
+            next += 1;
+        }
+        match names.get(next) {
             // A canonical name never escapes a letter, so an escaped name is none of these.
-            Ok(i) if !m.name_escaped => at[i] = Some(m.value.clone()),
+            Some(n) if n.as_bytes() == name && !m.name_escaped => {
+                at[next] = Some(m.value.clone());
+                next += 1;
+            }
             _ => known = false,
         }
     });
