@@ -45,8 +45,12 @@ impl Appended {
             out.push(':');
             match fields.get(*name) {
                 Some(v) => out.push_str(&v.to_string()),
-                // A stored leaf is canonical JSON, so UTF-8; `Record::read` checked it.
-                None => out.push_str(&String::from_utf8_lossy(&self.leaf)),
+                // A stored leaf is canonical JSON, so UTF-8 (`Record::read` and the writer's
+                // read-back guard checked it): validated, not copied or repaired.
+                None => match std::str::from_utf8(&self.leaf) {
+                    Ok(text) => out.push_str(text),
+                    Err(_) => out.push_str(&String::from_utf8_lossy(&self.leaf)),
+                },
             }
         }
         out.push('}');
