@@ -25,11 +25,6 @@ fn history() -> Fixture {
     f
 }
 
-fn entries(f: &Fixture, ks: Keyspace) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let snap = f.l().engine().snapshot().unwrap();
-    snap.scan(ks, &[]).collect::<Result<_, _>>().unwrap()
-}
-
 /// Every record's leaf hash, in seq order.
 fn leaf_hashes(f: &Fixture) -> Vec<Hash> {
     entries(f, Keyspace::Records)
@@ -115,11 +110,7 @@ fn rewind_to_version_4(f: &mut Fixture, leaves: &[Hash]) {
         }
     }
     c.delete(Keyspace::Meta, index::FRONTIER_KEY.to_vec());
-    c.put(
-        Keyspace::Meta,
-        index::DERIVED_VERSION_KEY.to_vec(),
-        4u64.to_be_bytes().to_vec(),
-    );
+    stage_derived_version(&mut c, 4);
     txn.commit(c, Durability::Synced).unwrap();
 }
 

@@ -510,3 +510,18 @@ pub fn copy_server_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every entry of one keyspace of the fixture's ledger, in key order.
+pub fn entries(f: &Fixture, ks: hitl_ledger::storage::Keyspace) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let snap = f.l().engine().snapshot().unwrap();
+    snap.scan(ks, &[]).collect::<Result<_, _>>().unwrap()
+}
+
+/// Stages the derived-state version an older build wrote (`docs/format.md`, "Upgrading").
+pub fn stage_derived_version(c: &mut hitl_ledger::storage::Changes, version: u64) {
+    c.put(
+        hitl_ledger::storage::Keyspace::Meta,
+        hitl_ledger::index::DERIVED_VERSION_KEY.to_vec(),
+        version.to_be_bytes().to_vec(),
+    );
+}
