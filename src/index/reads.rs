@@ -56,6 +56,15 @@ pub fn interrupt_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>
     Ok(super::request(l, rid)?.map(|st| st.interrupt_seq))
 }
 
+/// The seq of a thread's first record (its `thread_seq` 0), `None` for a thread without
+/// records.
+///
+/// # Errors
+/// A storage error, or a value that is not a seq.
+pub fn thread_first_seq<L: Lookup + ?Sized>(l: &L, thread: &str) -> Result<Option<u64>> {
+    seq_at(l, Keyspace::Threads, &thread_key(thread, 0))
+}
+
 /// The seq of the request's closing decision (approval, edit or rejection).
 ///
 /// # Errors

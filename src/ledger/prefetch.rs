@@ -28,6 +28,8 @@ impl Wanted {
 
     fn thread(&mut self, thread: &str) {
         self.add(Keyspace::ThreadHeads, thread.as_bytes());
+        // Read with a missing head: whether the thread has records (`Batch::append`).
+        self.add(Keyspace::Threads, index::thread_key(thread, 0));
     }
 }
 
@@ -55,6 +57,7 @@ fn first_round(ops: &[(Op, Actor)]) -> Wanted {
         index::POLICY_KEY,
         index::FRONTIER_KEY,
         index::PENDING_COUNT_KEY,
+        index::DERIVED_VERSION_KEY,
     ] {
         w.add(Keyspace::Meta, key);
     }

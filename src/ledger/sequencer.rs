@@ -90,8 +90,24 @@ impl Batch<'_, '_, '_> {
     /// it to every index.
     pub(super) fn append(&mut self, d: Draft, actor: &Actor) -> Result<Appended> {
         let head = index::head(&*self.view)?;
-        let (thread_seq, thread_prev) =
-            index::thread_head(&*self.view, &d.thread_id)?.unwrap_or((0, ZERO_HASH));
+        let (thread_seq, thread_prev) = match index::thread_head(&*self.view, &d.thread_id)? {
+            Some(h) => h,
+            // A thread without a head has no record yet. One whose head is gone from the store
+            // (a failing disk) must not restart its chain, nor go to whoever writes next: its
+            // head holds its tenant.
+            None => match index::thread_first_seq(&*self.view, &d.thread_id)? {
+                None => (0, ZERO_HASH),
+                Some(first) => {
+                    return Err(Error::corrupt_at(
+                        first,
+                        format!(
+                            "thread {q_t} has records (the first at seq {first}) but no head; run `hitl-ledger verify`",
+                            q_t = crate::codec::quoted(&d.thread_id)
+                        ),
+                    ));
+                }
+            },
+        };
         let record = Record {
             origin: self.ledger.id.origin.clone(),
             seq: head.size,
@@ -221,6 +237,20 @@ impl Ledger {
             let mut view = View::new(&*txn);
             super::prefetch::read_ahead(self, &view, ops).map_err(BatchError::Failed)?;
             let head = index::head(&view).map_err(BatchError::Failed)?;
+            // Checked at open, and again here: a server of this build that outlives a
+            // `reindex` to another version (another server's, on a shared database) refuses
+            // to write with encodings that are no longer the store's.
+            if head.size > 0 {
+                let version = index::derived_version(&view)
+                    .map_err(BatchError::Failed)?
+                    .unwrap_or(1);
+                if version != index::DERIVED_VERSION {
+                    return Err(BatchError::Failed(Error::corrupt(format!(
+                        "the derived state is of version {version}, this build keeps version {}; stop this server and run `hitl-ledger reindex` with this build's binary, or run the build that wrote it",
+                        index::DERIVED_VERSION
+                    ))));
+                }
+            }
             // The engine's clock where it has one (servers sharing a database agree on every
             // deadline), unless a test injected the only time there is.
             let clock = &self.id.clock;

@@ -32,11 +32,6 @@ fn history() -> Fixture {
     f
 }
 
-fn entries(f: &Fixture, ks: Keyspace) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let snap = f.l().engine().snapshot().unwrap();
-    snap.scan(ks, &[]).collect::<Result<_, _>>().unwrap()
-}
-
 fn requests(f: &Fixture) -> Vec<String> {
     entries(f, Keyspace::Requests)
         .into_iter()
@@ -147,11 +142,7 @@ fn rewind_to_version_5(f: &mut Fixture) {
             );
         }
     }
-    c.put(
-        Keyspace::Meta,
-        index::DERIVED_VERSION_KEY.to_vec(),
-        5u64.to_be_bytes().to_vec(),
-    );
+    stage_derived_version(&mut c, 5);
     txn.commit(c, Durability::Synced).unwrap();
 }
 
@@ -205,4 +196,56 @@ fn a_version_5_store_is_refused_until_reindex_folds_its_entries() {
         )
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::IdentifierInUse, "{e}");
+}
+
+/// A thread's head holds its tenant: a head lost from the store (a failing disk) must not let
+/// the next writer restart the thread's chain at 0 and take the thread as its own.
+#[test]
+fn a_thread_whose_head_is_lost_is_refused_not_restarted_or_given_away() {
+    let mut f = history();
+    let s = f.raw_store();
+    s.raw_delete(Keyspace::ThreadHeads, b"thread-1").unwrap();
+    drop(s);
+    f.reopen();
+    let n = f.size();
+    for agent in ["agent-2", "agent-1"] {
+        let e = f
+            .l()
+            .interrupt(
+                interrupt_req(&format!("req-{agent}"), "thread-1", refund(1)),
+                &hitl_ledger::format::record::Actor::agent(agent, None),
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+        assert!(e.message().contains("no head"), "{e}");
+    }
+    assert_eq!(f.size(), n, "nothing written");
+    // A new thread is still opened.
+    f.interrupt("req-new", "thread-new", refund(1));
+}
+
+/// The derived version is checked with every batch, not only when the ledger opens: a server
+/// that outlives a `reindex` to another version (another server's, on a shared database)
+/// writes nothing with encodings that are no longer the store's.
+#[test]
+fn a_batch_over_derived_state_of_another_version_writes_nothing() {
+    let f = history();
+    let n = f.size();
+    {
+        let txn = f.l().engine().begin_write().unwrap();
+        let mut c = Changes::new();
+        stage_derived_version(&mut c, index::DERIVED_VERSION + 1);
+        txn.commit(c, Durability::Synced).unwrap();
+    }
+    let e = f
+        .l()
+        .interrupt(interrupt_req("req-new", "thread-0", refund(1)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    assert!(
+        e.message()
+            .contains(&format!("version {}", index::DERIVED_VERSION + 1)),
+        "{e}"
+    );
+    assert_eq!(f.size(), n, "nothing written");
 }
