@@ -149,29 +149,18 @@ fn rewind_to_version_5(f: &mut Fixture) {
 #[test]
 fn a_version_5_store_is_refused_until_reindex_folds_its_entries() {
     let mut f = history();
-    let fresh: Vec<_> = [Keyspace::ThreadHeads, Keyspace::Idem, Keyspace::Meta]
-        .into_iter()
-        .map(|ks| entries(&f, ks))
-        .collect();
+    let folded = |f: &Fixture| -> Vec<_> {
+        [Keyspace::ThreadHeads, Keyspace::Idem, Keyspace::Meta]
+            .into_iter()
+            .map(|ks| entries(f, ks))
+            .collect()
+    };
+    let fresh = folded(&f);
     rewind_to_version_5(&mut f);
     f.reopen();
-    let n = f.size();
-    let e = f
-        .l()
-        .interrupt(interrupt_req("req-new", "thread-0", refund(1)), &agent())
-        .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
-    assert!(
-        e.message().contains("version 5") && e.message().contains("reindex"),
-        "{e}"
-    );
-    assert_eq!(f.size(), n, "nothing written");
+    assert_writes_refused_until_reindex(&f, 5);
     f.l().reindex().unwrap();
-    let now: Vec<_> = [Keyspace::ThreadHeads, Keyspace::Idem, Keyspace::Meta]
-        .into_iter()
-        .map(|ks| entries(&f, ks))
-        .collect();
-    assert_eq!(now, fresh, "what a fresh ledger has");
+    assert_eq!(folded(&f), fresh, "what a fresh ledger has");
     let v = f.l().verify(None, &mut |_, _| {}).unwrap();
     assert!(v.ok(), "{:?}", v.problems);
     // Reopened, every idempotent answer is the one it was, and a thread stays its tenant's.

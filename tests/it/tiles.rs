@@ -122,15 +122,7 @@ fn a_store_with_one_entry_per_node_is_refused_until_reindex_rewrites_it_as_tiles
     let leaves = leaf_hashes(&f);
     rewind_to_version_4(&mut f, &leaves);
     f.reopen();
-    let e = f
-        .l()
-        .interrupt(interrupt_req("req-new", "thread-0", refund(1)), &agent())
-        .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
-    assert!(
-        e.message().contains("version 4") && e.message().contains("reindex"),
-        "{e}"
-    );
+    assert_writes_refused_until_reindex(&f, 4);
     assert_eq!(f.l().reindex().unwrap(), leaves.len() as u64);
     assert_eq!(
         entries(&f, Keyspace::Nodes),

@@ -525,3 +525,19 @@ pub fn stage_derived_version(c: &mut hitl_ledger::storage::Changes, version: u64
         version.to_be_bytes().to_vec(),
     );
 }
+
+/// A ledger whose derived state is of an older `version` refuses an append with
+/// `corrupt_store`, names the version and `reindex`, and writes nothing.
+pub fn assert_writes_refused_until_reindex(f: &Fixture, version: u64) {
+    let n = f.size();
+    let e = f
+        .l()
+        .interrupt(interrupt_req("req-new", "thread-0", refund(1)), &agent())
+        .unwrap_err();
+    assert_eq!(e.code(), hitl_ledger::ErrorCode::Corrupt, "{e}");
+    assert!(
+        e.message().contains(&format!("version {version}")) && e.message().contains("reindex"),
+        "{e}"
+    );
+    assert_eq!(f.size(), n, "nothing written");
+}
