@@ -391,7 +391,10 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        i += plain_prefix(&bytes[i..]);
+        let Some(&b) = bytes.get(i) else { break };
         let escape: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -401,7 +404,11 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
             b'\r' => b"\\r",
             b'\t' => b"\\t",
             0x00..=0x1f => &[],
-            _ => continue,
+            // Not ASCII: written as it is (the text is UTF-8).
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.extend_from_slice(&bytes[start..i]);
         if escape.is_empty() {
@@ -412,10 +419,51 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
         } else {
             out.extend_from_slice(escape);
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// How many bytes at the start of `b` a JSON string holds as they are, however it is read
+/// or written: ASCII from 0x20 up, neither `"` nor `\\`. Eight bytes at a time (the first
+/// byte that ends the run is the lowest one flagged: no borrow crosses a byte that is in the
+/// run), then byte by byte for the last few. The scanner, the parser and the writer all skip
+/// a string's plain runs with it.
+pub(crate) fn plain_prefix(b: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    /// A high bit in each byte of `x` that is zero (exact up to the first such byte).
+    fn zero_bytes(x: u64) -> u64 {
+        x.wrapping_sub(ONES) & !x & HIGH
+    }
+    let mut n = 0;
+    while let Some(chunk) = b.get(n..n + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // Eight bytes of text read as one word, the first byte lowest, so that a borrow runs
+        // toward later bytes only: not a stored integer (those are big-endian).
+        #[allow(clippy::disallowed_methods)]
+        let w = u64::from_le_bytes(word);
+        let stop = (w & HIGH)
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
+            | zero_bytes(w ^ (ONES * u64::from(b'"')))
+            | zero_bytes(w ^ (ONES * u64::from(b'\\')));
+        if stop != 0 {
+            return n + (stop.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + b[n..]
+        .iter()
+        .position(|&c| !is_plain(c))
+        .unwrap_or(b.len() - n)
+}
+
+/// A byte [`plain_prefix`] counts.
+fn is_plain(c: u8) -> bool {
+    (0x20..0x80).contains(&c) && c != b'"' && c != b'\\'
 }
 
 struct Parser<'a> {
@@ -568,6 +616,7 @@ impl Parser<'_> {
         let mut out = String::new();
         let mut run_start = self.pos;
         loop {
+            self.pos += plain_prefix(&self.bytes[self.pos..]);
             let Some(b) = self.peek() else {
                 return Err(self.syntax(self.pos, "unterminated string"));
             };
@@ -774,6 +823,50 @@ mod tests {
     use super::*;
     use serde_json::json;
     use sha2::{Digest, Sha256};
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
+
+        /// The eight-at-a-time run is the byte-by-byte definition, at every offset (so every
+        /// alignment of the word and every length of the tail).
+        #[test]
+        fn plain_prefix_is_the_bytewise_run(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    b'a', b'Z', b'0', b' ', b'~', 0x7f, 0x1f, 0x00, b'"', b'\\', 0x21, 0x5b,
+                    0x5d, 0x80, 0xc3, 0xee, 0xff,
+                ]),
+                0..40,
+            ),
+            plain_weight in 0usize..20,
+        ) {
+            // Mostly plain bytes, so runs are long enough to cross words.
+            let bytes: Vec<u8> = bytes
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| if i % 20 < plain_weight { b'a' + (i % 26) as u8 } else { c })
+                .collect();
+            for at in 0..=bytes.len() {
+                let b = &bytes[at..];
+                let expected = b.iter().position(|&c| !is_plain(c)).unwrap_or(b.len());
+                proptest::prop_assert_eq!(plain_prefix(b), expected, "{:?}", b);
+            }
+        }
+    }
+
+    #[test]
+    fn plain_bytes_are_the_ones_no_string_escapes_or_checks() {
+        for c in 0..=255u8 {
+            let expected = (0x20..0x80).contains(&c) && c != b'"' && c != b'\\';
+            let mut word = [b'a'; 8];
+            word[5] = c;
+            assert_eq!(
+                plain_prefix(&word),
+                if expected { 8 } else { 5 },
+                "{c:#04x}"
+            );
+        }
+    }
 
     const LAX: ParseOptions = ParseOptions {
         reject_unsafe_integers: false,

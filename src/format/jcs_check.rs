@@ -280,6 +280,7 @@ impl Scanner<'_> {
         let start = self.pos;
         let (mut escaped, mut high) = (false, false);
         loop {
+            self.pos += jcs::plain_prefix(&self.b[self.pos..]);
             let &c = self.b.get(self.pos)?;
             match CLASS[usize::from(c)] {
                 PLAIN => self.pos += 1,
@@ -407,11 +408,15 @@ pub fn decode(raw: &[u8]) -> String {
     let mut out: Vec<u8> = Vec::with_capacity(raw.len());
     let mut i = 0;
     while i < raw.len() {
-        let c = raw[i];
-        if c != b'\\' {
-            out.push(c);
-            i += 1;
-            continue;
+        // What precedes the next escape is copied as it is, in one piece.
+        let run = raw[i..]
+            .iter()
+            .position(|&c| c == b'\\')
+            .unwrap_or(raw.len() - i);
+        out.extend_from_slice(&raw[i..i + run]);
+        i += run;
+        if i == raw.len() {
+            break;
         }
         let e = raw.get(i + 1).copied().unwrap_or(b'\\');
         let (byte, len) = match e {
@@ -446,6 +451,58 @@ mod tests {
 
     /// `decode` is public: contents that were not checked first decode to something, never
     /// a panic (a digit that is not hex read as 0), and canonical escapes decode exactly.
+    /// The definition of [`decode`]: byte by byte.
+    fn decode_bytewise(raw: &[u8]) -> String {
+        let mut out: Vec<u8> = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while i < raw.len() {
+            let c = raw[i];
+            if c != b'\\' {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let e = raw.get(i + 1).copied().unwrap_or(b'\\');
+            let (byte, len) = match e {
+                b'b' => (0x08, 2),
+                b'f' => (0x0c, 2),
+                b'n' => (b'\n', 2),
+                b'r' => (b'\r', 2),
+                b't' => (b'\t', 2),
+                b'u' => {
+                    let hex = raw.get(i + 4..i + 6).unwrap_or(b"00");
+                    let v = hex.iter().fold(0u8, |v, &h| {
+                        let digit = char::from(h).to_digit(16).unwrap_or(0);
+                        (v << 4) | u8::try_from(digit).unwrap_or(0)
+                    });
+                    (v, 6)
+                }
+                other => (other, 2),
+            };
+            out.push(byte);
+            i += len;
+        }
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+        /// Runs copied whole decode as the byte-by-byte definition, on any bytes.
+        #[test]
+        fn decode_by_runs_is_bytewise(
+            raw in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    b'a', b'\\', b'u', b'0', b'1', b'f', b'n', b'"', 0xc3, 0xa9, 0xff,
+                ]),
+                0..24,
+            )
+        ) {
+            proptest::prop_assert_eq!(decode(&raw), decode_bytewise(&raw));
+        }
+    }
+
     #[test]
     fn decode_of_unchecked_contents_never_panics() {
         assert_eq!(decode(br"a\u001fb\n"), "a\u{1f}b\n");
