@@ -292,11 +292,7 @@ impl<'a> Members<'a> {
 /// Appends a hash as a JSON string of 64 lowercase hex digits.
 pub(crate) fn write_hash(h: &Hash, out: &mut Vec<u8>) {
     out.push(b'"');
-    let mut buf = [0u8; 64];
-    // Always succeeds: 32 bytes are 64 hex digits.
-    if hex::encode_to_slice(h, &mut buf).is_ok() {
-        out.extend_from_slice(&buf);
-    }
+    out.extend_from_slice(&super::record::hex_hash_digits(h));
     out.push(b'"');
 }
 

@@ -70,18 +70,53 @@ pub fn check_client_id(field: &str, s: &str) -> Result<()> {
     Ok(())
 }
 
+/// The lowercase hex digits.
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Each byte's value as a lowercase hex digit, or `NOT_HEX`.
+static HEX_VALUE: [u8; 256] = hex_values();
+const NOT_HEX: u8 = 0xff;
+
+const fn hex_values() -> [u8; 256] {
+    let mut t = [NOT_HEX; 256];
+    let mut i = 0;
+    while i < 16 {
+        t[HEX_DIGITS[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+}
+
+/// A hash's 64 lowercase hex digits (every hash a record, a checkpoint or an answer carries
+/// goes through here or [`parse_hex_hash`]: by table, not through an iterator per digit).
+pub fn hex_hash_digits(h: &Hash) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    for (pair, &b) in out.chunks_exact_mut(2).zip(h) {
+        pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+        pair[1] = HEX_DIGITS[usize::from(b & 0x0f)];
+    }
+    out
+}
+
 /// Lowercase hex of a hash.
 pub fn hex_hash(h: &Hash) -> String {
-    hex::encode(h)
+    hex_hash_digits(h).iter().map(|&c| char::from(c)).collect()
 }
 
 /// Parses 64 lowercase hex digits.
 pub fn parse_hex_hash(s: &str) -> Option<Hash> {
-    if s.len() != 64 || s.bytes().any(|b| b.is_ascii_uppercase()) {
-        return None;
-    }
+    let digits: &[u8; 64] = s.as_bytes().try_into().ok()?;
     let mut out = [0u8; 32];
-    hex::decode_to_slice(s, &mut out).ok()?;
+    for (b, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let (hi, lo) = (
+            HEX_VALUE[usize::from(pair[0])],
+            HEX_VALUE[usize::from(pair[1])],
+        );
+        if hi == NOT_HEX || lo == NOT_HEX {
+            return None;
+        }
+        *b = (hi << 4) | lo;
+    }
     Some(out)
 }
 
@@ -775,6 +810,40 @@ fn get_hash(obj: &Map<String, Value>, k: &str) -> Result<Hash, LeafError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
+
+        /// The table reads and writes hashes as the `hex` crate does, lowercase only: on a
+        /// hash's hex with one character replaced (a hex digit of either case or a neighbour
+        /// of the digits' ranges), and on random text of 63 to 65 such characters.
+        #[test]
+        fn hex_by_table_is_the_hex_crates(
+            hash in proptest::prelude::any::<[u8; 32]>(),
+            at in 0usize..64,
+            with in proptest::sample::select(
+                "0123456789abcdefABCDEFgG/:@`".chars().collect::<Vec<char>>()
+            ),
+            text in "[0-9a-fA-Fg/:@`G ]{63,65}",
+        ) {
+            let definition = |s: &str| -> Option<Hash> {
+                if s.len() != 64 || s.bytes().any(|b| b.is_ascii_uppercase()) {
+                    return None;
+                }
+                let mut out = [0u8; 32];
+                hex::decode_to_slice(s, &mut out).ok()?;
+                Some(out)
+            };
+            let written = hex_hash(&hash);
+            proptest::prop_assert_eq!(&written, &hex::encode(hash));
+            proptest::prop_assert_eq!(parse_hex_hash(&written), Some(hash));
+            let mut one_off: Vec<char> = written.chars().collect();
+            one_off[at] = with;
+            let one_off: String = one_off.into_iter().collect();
+            proptest::prop_assert_eq!(parse_hex_hash(&one_off), definition(&one_off), "{}", one_off);
+            proptest::prop_assert_eq!(parse_hex_hash(&text), definition(&text));
+    }
+    }
     use proptest::prelude::*;
 
     use crate::format::body::strategy::{any_body, text};

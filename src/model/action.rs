@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::jcs;
-use crate::format::record::check_id;
+use crate::format::record::{check_id, hex_hash};
 
 /// Prefix of an unredacted action digest.
 pub const SHA256_PREFIX: &str = "sha256:";
@@ -47,7 +47,7 @@ impl RedactionKey {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
             .expect("HMAC accepts keys of any length");
         mac.update(data);
-        hex::encode(mac.finalize().into_bytes())
+        hex_hash(&mac.finalize().into_bytes().into())
     }
 }
 
@@ -67,30 +67,32 @@ impl Action {
     /// `invalid_action` unless `v` is an object with exactly a string `tool` that is a valid id
     /// and an object `args`.
     pub fn from_value(v: &Value) -> Result<Action> {
-        let bad = |m: &str| Error::new(ErrorCode::InvalidAction, m.to_string());
-        let obj = v
-            .as_object()
-            .ok_or_else(|| bad("action must be an object {\"tool\", \"args\"}"))?;
-        if let Some(k) = obj.keys().find(|k| *k != "tool" && *k != "args") {
-            return Err(bad(&format!(
-                "action has an unknown field {q_k}",
-                q_k = crate::codec::quoted(k)
-            )));
-        }
-        let tool = obj
-            .get("tool")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("action.tool must be a string"))?;
-        check_id("action.tool", tool)
-            .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+        let obj = v.as_object().ok_or_else(not_an_object)?;
+        let tool = checked_tool(obj)?;
         let args = obj
             .get("args")
             .and_then(Value::as_object)
-            .ok_or_else(|| bad("action.args must be an object"))?;
+            .ok_or_else(|| invalid_action("action.args must be an object"))?;
         Ok(Action {
             tool: tool.to_string(),
             args: args.clone(),
         })
+    }
+
+    /// [`Action::from_value`] of a value the caller gives up: the arguments are moved, not
+    /// copied (a request body's action). Same checks, same errors.
+    ///
+    /// # Errors
+    /// As [`Action::from_value`].
+    pub fn from_owned(v: Value) -> Result<Action> {
+        let Value::Object(mut obj) = v else {
+            return Err(not_an_object());
+        };
+        let tool = checked_tool(&obj)?.to_string();
+        match obj.remove("args") {
+            Some(Value::Object(args)) => Ok(Action { tool, args }),
+            _ => Err(invalid_action("action.args must be an object")),
+        }
     }
 
     /// The action as `{"tool", "args"}`.
@@ -114,7 +116,10 @@ impl Action {
     pub fn plain_digest(&self) -> String {
         let mut bytes = Vec::with_capacity(256);
         self.write_canonical(&mut bytes);
-        format!("{SHA256_PREFIX}{}", hex::encode(Sha256::digest(&bytes)))
+        let mut digest = String::with_capacity(SHA256_PREFIX.len() + 64);
+        digest.push_str(SHA256_PREFIX);
+        digest.push_str(&hex_hash(&Sha256::digest(&bytes).into()));
+        digest
     }
 
     /// `hmac-sha256:` + hex(HMAC(K, JCS({"request_id": R, "action": action}))).
@@ -150,6 +155,34 @@ impl Action {
     }
 }
 
+/// `invalid_action` with `message`.
+fn invalid_action(message: &str) -> Error {
+    Error::new(ErrorCode::InvalidAction, message.to_string())
+}
+
+/// The refusal of an action that is not a JSON object.
+fn not_an_object() -> Error {
+    invalid_action("action must be an object {\"tool\", \"args\"}")
+}
+
+/// An action object's members checked but `args`' type: only `tool` and `args`, and a tool
+/// name that is an identifier. Returns the tool.
+fn checked_tool(obj: &Map<String, Value>) -> Result<&str> {
+    if let Some(k) = obj.keys().find(|k| *k != "tool" && *k != "args") {
+        return Err(invalid_action(&format!(
+            "action has an unknown field {q_k}",
+            q_k = crate::codec::quoted(k)
+        )));
+    }
+    let tool = obj
+        .get("tool")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_action("action.tool must be a string"))?;
+    check_id("action.tool", tool)
+        .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+    Ok(tool)
+}
+
 /// The stored stand-in of a redacted value.
 pub fn redacted_value(key: &RedactionKey, request_id: &str, value: &Value) -> String {
     let bytes = jcs::to_vec(&json!({"request_id": request_id, "value": value}));
@@ -159,7 +192,7 @@ pub fn redacted_value(key: &RedactionKey, request_id: &str, value: &Value) -> St
 /// A grant's idempotency key: hex(SHA-256(JCS({"origin": ORIGIN, "request_id": REQUEST_ID}))).
 pub fn idempotency_key(origin: &str, request_id: &str) -> String {
     let bytes = jcs::to_vec(&json!({"origin": origin, "request_id": request_id}));
-    hex::encode(Sha256::digest(&bytes))
+    hex_hash(&Sha256::digest(&bytes).into())
 }
 
 /// Splits an RFC 6901 JSON Pointer into its unescaped reference tokens.

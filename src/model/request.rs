@@ -88,6 +88,14 @@ struct Fields {
     map: Map<String, Value>,
 }
 
+/// `missing_field` naming `k`.
+fn missing_field(k: &str) -> Error {
+    Error::new(
+        ErrorCode::MissingField,
+        format!("missing field {q_k}", q_k = crate::codec::quoted(k)),
+    )
+}
+
 impl Fields {
     fn new(map: Map<String, Value>, allowed: &[&str]) -> Result<Fields> {
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
@@ -108,13 +116,17 @@ impl Fields {
         self.map.get(k).filter(|v| !v.is_null())
     }
 
+    /// A required field moved out (what [`Fields::req`] reads, without a copy): the field is
+    /// gone from the map after.
+    fn take_req(&mut self, k: &str) -> Result<Value> {
+        self.map
+            .remove(k)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| missing_field(k))
+    }
+
     fn req(&self, k: &str) -> Result<&Value> {
-        self.opt(k).ok_or_else(|| {
-            Error::new(
-                ErrorCode::MissingField,
-                format!("missing field {q_k}", q_k = crate::codec::quoted(k)),
-            )
-        })
+        self.opt(k).ok_or_else(|| missing_field(k))
     }
 
     fn str_of<'a>(&self, k: &str, v: &'a Value) -> Result<&'a str> {
@@ -220,7 +232,7 @@ impl InterruptRequest {
     /// The field's code: `unknown_field`, `missing_field`, `invalid_request`,
     /// `invalid_identifier`, `invalid_action`, `invalid_redaction`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(
+        let mut f = Fields::new(
             map,
             &[
                 "request_id",
@@ -249,7 +261,7 @@ impl InterruptRequest {
         }
         let checkpoint_id = f.opt_id("checkpoint_id")?;
         let interrupt_id = f.req_id("interrupt_id")?;
-        let action = Action::from_value(f.req("action")?)?;
+        let action = Action::from_owned(f.take_req("action")?)?;
         let redact = match f.opt("redact") {
             None => Vec::new(),
             Some(Value::Array(items)) => items
@@ -504,8 +516,8 @@ impl BreakGlassRequest {
     /// # Errors
     /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(map, &["action", "reason"])?;
-        let action = Action::from_value(f.req("action")?)?;
+        let mut f = Fields::new(map, &["action", "reason"])?;
+        let action = Action::from_owned(f.take_req("action")?)?;
         let reason = f.req_str("reason")?;
         Ok(BreakGlassRequest {
             action,
