@@ -32,29 +32,42 @@ impl Appended {
     /// `to_json` (a test holds them equal for every kind of answer).
     pub fn to_json_text(&self) -> String {
         let fields = self.fields();
-        let mut names: Vec<&str> = fields.keys().map(String::as_str).collect();
-        names.push("record");
-        names.sort_unstable();
-        let mut out = String::with_capacity(self.leaf.len() + 64 * names.len());
-        out.push('{');
-        for (i, name) in names.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
+        let mut out = Vec::with_capacity(self.leaf.len() + 160);
+        out.push(b'{');
+        // The fields' map is ordered by name; `record` goes where its name sorts.
+        let mut record = Some(());
+        for (name, value) in &fields {
+            if name.as_str() > "record" && record.take().is_some() {
+                self.write_record_member(&mut out);
+                out.push(b',');
             }
-            out.push_str(&Value::from(*name).to_string());
-            out.push(':');
-            match fields.get(*name) {
-                Some(v) => out.push_str(&v.to_string()),
-                // A stored leaf is canonical JSON, so UTF-8 (`Record::read` and the writer's
-                // read-back guard checked it): validated, not copied or repaired.
-                None => match std::str::from_utf8(&self.leaf) {
-                    Ok(text) => out.push_str(text),
-                    Err(_) => out.push_str(&String::from_utf8_lossy(&self.leaf)),
-                },
-            }
+            // Plain ASCII names (this module's literals): their JSON string is themselves
+            // quoted.
+            debug_assert!(name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'));
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+            // Writing JSON into a vector cannot fail (the map holds JSON values).
+            let _ = serde_json::to_writer(&mut out, value);
+            out.push(b',');
         }
-        out.push('}');
-        out
+        if record.is_some() {
+            self.write_record_member(&mut out);
+        } else {
+            out.pop();
+        }
+        out.push(b'}');
+        // A stored leaf is canonical JSON, so UTF-8 (`Record::read` and the writer's read-back
+        // guard checked it), and the rest is serde_json's text: validated once, not copied or
+        // repaired.
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// `"record":LEAF`, the stored bytes as they are (checked as UTF-8 with the whole answer).
+    fn write_record_member(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"\"record\":");
+        out.extend_from_slice(&self.leaf);
     }
 
     /// Every member of the answer but `record`.

@@ -70,7 +70,7 @@ pub fn thread_first_seq<L: Lookup + ?Sized>(l: &L, thread: &str) -> Result<Optio
 /// # Errors
 /// A storage error.
 pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>> {
-    Ok(super::request(l, rid)?.and_then(|st| st.decision.map(|d| d.seq)))
+    Ok(super::request(l, rid)?.and_then(|st| st.decision_seq()))
 }
 
 /// The seq of `principal`'s approval of the request (partial or final).
@@ -78,13 +78,7 @@ pub fn decision_seq<L: Lookup + ?Sized>(l: &L, rid: &str) -> Result<Option<u64>>
 /// # Errors
 /// A storage error.
 pub fn approval_seq<L: Lookup + ?Sized>(l: &L, rid: &str, principal: &str) -> Result<Option<u64>> {
-    Ok(super::request(l, rid)?.and_then(|st| {
-        st.approvals
-            .iter()
-            .rev()
-            .find(|a| a.principal == principal)
-            .map(|a| a.seq)
-    }))
+    Ok(super::request(l, rid)?.and_then(|st| st.approval_seq(principal)))
 }
 
 /// The seq of the request's post-event review.

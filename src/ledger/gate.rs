@@ -283,12 +283,14 @@ impl Batch<'_, '_, '_> {
         actor: &Actor,
         sp: &mut usize,
     ) -> Result<Appended> {
+        // The request's state as it is now (after its timeout, if one was due): its decision
+        // and approvals are read from it, not from the store again.
         let st = self.reachable_after_timeout(rid, actor, sp)?;
         // The reviewer's own approval sent again (a partial one included) is answered with it;
         // another approval by the same reviewer is refused.
         if req.decision != DecisionKind::Reject
-            && let Some(seq) = index::approval_seq(&*self.view, rid, &actor.principal)?
-            && index::decision_seq(&*self.view, rid)? != Some(seq)
+            && let Some(seq) = st.approval_seq(&actor.principal)
+            && st.decision_seq() != Some(seq)
         {
             let (stored, _) = self.stored(seq)?;
             if req.decision == DecisionKind::Approve
@@ -306,7 +308,7 @@ impl Batch<'_, '_, '_> {
             let e = already_approved(rid, seq);
             return Err(self.refuse(rid, &st, "decision", e, actor, sp));
         }
-        if let Some(seq) = index::decision_seq(&*self.view, rid)? {
+        if let Some(seq) = st.decision_seq() {
             return self.decision_again(rid, seq, &req);
         }
         may_decide(st.status).map_err(|e| {

@@ -199,7 +199,7 @@ impl Batch<'_, '_, '_> {
             return Err(self.refuse(rid, &st, "break-glass", e, actor, sp));
         }
         let digest = req.action.digest(&self.ledger.id.key, rid, st.keyed());
-        if let Some(seq) = index::decision_seq(&*self.view, rid)? {
+        if let Some(seq) = st.decision_seq() {
             let (stored, _) = self.stored(seq)?;
             // The same append sent again (protocol 8: the actor is not compared).
             let same = stored.body.is_break_glass()

@@ -111,6 +111,20 @@ pub struct RequestState {
 }
 
 impl RequestState {
+    /// The seq of the request's closing decision (approval, edit or rejection).
+    pub fn decision_seq(&self) -> Option<u64> {
+        self.decision.as_ref().map(|d| d.seq)
+    }
+
+    /// The seq of `principal`'s counted approval of the request (partial or final).
+    pub fn approval_seq(&self, principal: &str) -> Option<u64> {
+        self.approvals
+            .iter()
+            .rev()
+            .find(|a| a.principal == principal)
+            .map(|a| a.seq)
+    }
+
     /// True when the interrupt redacted anything, so digests are keyed.
     pub fn keyed(&self) -> bool {
         self.action_digest

@@ -450,7 +450,20 @@ fn spliced_answers_are_the_built_answers() {
         let parsed: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(parsed, a.to_json(), "{text}");
         let leaf = std::str::from_utf8(&a.leaf).unwrap();
-        assert!(text.contains(&format!("\"record\":{leaf}")), "{text}");
+        // Byte for byte: members in byte order of their names, compact values, the leaf as
+        // stored.
+        let value = a.to_json();
+        let members = value.as_object().unwrap();
+        let mut names: Vec<&String> = members.keys().collect();
+        names.sort_unstable();
+        let expected: Vec<String> = names
+            .iter()
+            .map(|name| match name.as_str() {
+                "record" => format!("\"record\":{leaf}"),
+                _ => format!("{}:{}", Value::from(name.as_str()), members[name.as_str()]),
+            })
+            .collect();
+        assert_eq!(text, format!("{{{}}}", expected.join(",")));
         assert_eq!(l.record(a.seq).unwrap().unwrap().1, a.leaf_hash);
         assert_eq!(hitl_ledger::format::merkle::leaf_hash(&a.leaf), a.leaf_hash);
     }
