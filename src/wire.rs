@@ -21,7 +21,11 @@ impl Appended {
     /// fields (a decision's ticket and expiry, an edit's new request, an authorization's
     /// verdict).
     pub fn to_json(&self) -> Value {
-        let mut m = self.fields();
+        let mut m: Map<String, Value> = self
+            .fields()
+            .into_iter()
+            .map(|(name, v)| (name.to_owned(), v))
+            .collect();
         m.insert("record".into(), self.record.to_value());
         Value::Object(m)
     }
@@ -34,10 +38,10 @@ impl Appended {
         let fields = self.fields();
         let mut out = Vec::with_capacity(self.leaf.len() + 160);
         out.push(b'{');
-        // The fields' map is ordered by name; `record` goes where its name sorts.
+        // The fields are sorted by name; `record` goes where its name sorts.
         let mut record = Some(());
         for (name, value) in &fields {
-            if name.as_str() > "record" && record.take().is_some() {
+            if *name > "record" && record.take().is_some() {
                 self.write_record_member(&mut out);
                 out.push(b',');
             }
@@ -47,7 +51,7 @@ impl Appended {
             out.push(b'"');
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b"\":");
-            // Writing JSON into a vector cannot fail (the map holds JSON values).
+            // Writing JSON into a vector cannot fail (the fields are JSON values).
             let _ = serde_json::to_writer(&mut out, value);
             out.push(b',');
         }
@@ -70,12 +74,13 @@ impl Appended {
         out.extend_from_slice(&self.leaf);
     }
 
-    /// Every member of the answer but `record`.
-    fn fields(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("leaf_hash".into(), json!(hex_hash(&self.leaf_hash)));
-        m.insert("seq".into(), json!(self.seq));
-        m.insert("duplicate".into(), json!(self.duplicate));
+    /// Every member of the answer but `record`, sorted by name (names are this module's
+    /// literals: no allocation and no map for them).
+    fn fields(&self) -> Vec<(&'static str, Value)> {
+        let mut m = Vec::with_capacity(8);
+        m.push(("leaf_hash", json!(hex_hash(&self.leaf_hash))));
+        m.push(("seq", json!(self.seq)));
+        m.push(("duplicate", json!(self.duplicate)));
         match &self.extra {
             Extra::None => {}
             Extra::Decision {
@@ -83,11 +88,8 @@ impl Appended {
                 expires_at,
                 counts,
             } => {
-                m.insert("ticket_id".into(), json!(ticket_id));
-                m.insert(
-                    "expires_at".into(),
-                    json!(expires_at.map(|t| t.to_string())),
-                );
+                m.push(("ticket_id", json!(ticket_id)));
+                m.push(("expires_at", json!(expires_at.map(|t| t.to_string()))));
                 insert_counts(&mut m, *counts);
             }
             Extra::Edit {
@@ -96,33 +98,31 @@ impl Appended {
                 expires_at,
                 counts,
             } => {
-                m.insert("new_request_id".into(), json!(new_request_id));
-                m.insert("ticket_id".into(), json!(ticket_id));
-                m.insert(
-                    "expires_at".into(),
-                    json!(expires_at.map(|t| t.to_string())),
-                );
+                m.push(("new_request_id", json!(new_request_id)));
+                m.push(("ticket_id", json!(ticket_id)));
+                m.push(("expires_at", json!(expires_at.map(|t| t.to_string()))));
                 insert_counts(&mut m, *counts);
             }
             Extra::Authorization(g) => {
-                m.insert("granted".into(), json!(g.granted));
-                m.insert("code".into(), json!(g.code));
-                m.insert("idempotency_key".into(), json!(g.idempotency_key));
+                m.push(("granted", json!(g.granted)));
+                m.push(("code", json!(g.code)));
+                m.push(("idempotency_key", json!(g.idempotency_key)));
                 if g.code.as_deref() == Some(crate::model::decide::Denial::ToolPaused.as_str()) {
                     // The tool is paused: the host hands the action to a manual operator.
-                    m.insert("route".into(), json!("manual_operator"));
+                    m.push(("route", json!("manual_operator")));
                 }
             }
         }
+        m.sort_unstable_by_key(|(name, _)| *name);
         m
     }
 }
 
 /// `approvals` and `approvals_required`, where a tool needs more than one approval.
-fn insert_counts(m: &mut Map<String, Value>, counts: Option<(u64, u64)>) {
+fn insert_counts(m: &mut Vec<(&'static str, Value)>, counts: Option<(u64, u64)>) {
     if let Some((n, of)) = counts {
-        m.insert("approvals".into(), json!(n));
-        m.insert("approvals_required".into(), json!(of));
+        m.push(("approvals", json!(n)));
+        m.push(("approvals_required", json!(of)));
     }
 }
 

@@ -119,47 +119,47 @@ impl Fields {
     /// A required field moved out (what [`Fields::req`] reads, without a copy): the field is
     /// gone from the map after.
     fn take_req(&mut self, k: &str) -> Result<Value> {
-        self.map
-            .remove(k)
-            .filter(|v| !v.is_null())
-            .ok_or_else(|| missing_field(k))
+        self.take_opt(k).ok_or_else(|| missing_field(k))
     }
 
-    fn req(&self, k: &str) -> Result<&Value> {
-        self.opt(k).ok_or_else(|| missing_field(k))
+    /// An optional field moved out; JSON null counts as absent.
+    fn take_opt(&mut self, k: &str) -> Option<Value> {
+        self.map.remove(k).filter(|v| !v.is_null())
     }
 
-    fn str_of<'a>(&self, k: &str, v: &'a Value) -> Result<&'a str> {
-        v.as_str().ok_or_else(|| {
-            Error::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "field {q_k} must be a string",
-                    q_k = crate::codec::quoted(k)
-                ),
-            )
-        })
+    /// The refusal of a field that is not a string.
+    fn not_a_string(k: &str) -> Error {
+        Error::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "field {q_k} must be a string",
+                q_k = crate::codec::quoted(k)
+            ),
+        )
     }
 
-    fn req_str(&self, k: &str) -> Result<String> {
-        let v = self.req(k)?;
-        Ok(self.str_of(k, v)?.to_string())
+    /// A required string field, moved out of the body (each field is read once).
+    fn req_str(&mut self, k: &str) -> Result<String> {
+        self.opt_str(k)?.ok_or_else(|| missing_field(k))
     }
 
-    fn opt_str(&self, k: &str) -> Result<Option<String>> {
-        match self.opt(k) {
-            None => Ok(None),
-            Some(v) => Ok(Some(self.str_of(k, v)?.to_string())),
+    /// An optional string field, moved out of the body (each field is read once); JSON null
+    /// counts as absent.
+    fn opt_str(&mut self, k: &str) -> Result<Option<String>> {
+        match self.map.remove(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(Self::not_a_string(k)),
         }
     }
 
-    fn req_id(&self, k: &str) -> Result<String> {
+    fn req_id(&mut self, k: &str) -> Result<String> {
         let s = self.req_str(k)?;
         check_id(k, &s)?;
         Ok(s)
     }
 
-    fn opt_id(&self, k: &str) -> Result<Option<String>> {
+    fn opt_id(&mut self, k: &str) -> Result<Option<String>> {
         let s = self.opt_str(k)?;
         if let Some(s) = &s {
             check_id(k, s)?;
@@ -170,7 +170,7 @@ impl Fields {
     /// An optional `reason_code`: a string of the form of a reason code
     /// ([`crate::model::policy::is_reason_code`]), else `unknown_reason_code`; whether the
     /// policy in force lists it is the gate's check.
-    fn opt_reason_code(&self) -> Result<Option<String>> {
+    fn opt_reason_code(&mut self) -> Result<Option<String>> {
         let code = self.opt_str("reason_code")?;
         if let Some(c) = &code
             && !crate::model::policy::is_reason_code(c)
@@ -362,7 +362,7 @@ impl DecisionRequest {
     /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`;
     /// `unknown_reason_code` for a malformed `reason_code`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(
+        let mut f = Fields::new(
             map,
             &["decision", "rationale", "edited_action", "reason_code"],
         )?;
@@ -377,8 +377,8 @@ impl DecisionRequest {
             )
         })?;
         let rationale = f.opt_str("rationale")?;
-        let edited_action = match f.opt("edited_action") {
-            Some(v) => Some(Action::from_value(v)?),
+        let edited_action = match f.take_opt("edited_action") {
+            Some(v) => Some(Action::from_owned(v)?),
             None => None,
         };
         if decision != DecisionKind::Reject && f.opt("reason_code").is_some() {
@@ -443,7 +443,7 @@ impl AuthorizeRequest {
     /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`. The ticket
     /// id's and the action's forms are checked later, at evaluation.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(
+        let mut f = Fields::new(
             map,
             &[
                 "ticket_id",
@@ -455,7 +455,7 @@ impl AuthorizeRequest {
         )?;
         // Its format is checked at evaluation, after the request is found (section 3's order).
         let ticket_id = f.req_str("ticket_id")?;
-        let action = f.req("action")?.clone();
+        let action = f.take_req("action")?;
         Ok(AuthorizeRequest {
             ticket_id,
             action,
@@ -492,7 +492,7 @@ impl RevokeRequest {
     /// `unknown_field`, `missing_field`, `invalid_request`; `unknown_reason_code` for a
     /// malformed `reason_code`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(map, &["reason", "reason_code"])?;
+        let mut f = Fields::new(map, &["reason", "reason_code"])?;
         let reason = f.req_str("reason")?;
         Ok(RevokeRequest {
             reason: f.non_empty("reason", reason)?,
@@ -560,7 +560,7 @@ impl ReviewRequest {
     /// # Errors
     /// `unknown_field`, `missing_field`, `invalid_request`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(map, &["verdict", "rationale"])?;
+        let mut f = Fields::new(map, &["verdict", "rationale"])?;
         let v = f.req_str("verdict")?;
         let verdict = match v.as_str() {
             "acknowledged" => Verdict::Acknowledged,
@@ -608,7 +608,7 @@ impl FollowUpRequest {
     /// # Errors
     /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_identifier`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let f = Fields::new(
+        let mut f = Fields::new(
             map,
             &[
                 "follow_up_id",
@@ -630,10 +630,10 @@ impl FollowUpRequest {
         })?;
         let outcome = f.req_str("outcome")?;
         let outcome = f.non_empty("outcome", outcome)?;
-        let detail = match f.opt("detail") {
+        let detail = match f.take_opt("detail") {
             None => None,
-            Some(Value::String(s)) => Some(Detail::Text(s.clone())),
-            Some(Value::Object(o)) => Some(Detail::Object(o.clone())),
+            Some(Value::String(s)) => Some(Detail::Text(s)),
+            Some(Value::Object(o)) => Some(Detail::Object(o)),
             Some(_) => {
                 return Err(Error::new(
                     ErrorCode::InvalidRequest,
