@@ -418,26 +418,7 @@ pub fn decode(raw: &[u8]) -> String {
         if i == raw.len() {
             break;
         }
-        let e = raw.get(i + 1).copied().unwrap_or(b'\\');
-        let (byte, len) = match e {
-            b'b' => (0x08, 2),
-            b'f' => (0x0c, 2),
-            b'n' => (b'\n', 2),
-            b'r' => (b'\r', 2),
-            b't' => (b'\t', 2),
-            b'u' => {
-                // Canonical escapes are `\u00` and two lowercase hex digits; anything else
-                // (only reachable by a caller that did not check first) decodes to 0, never
-                // panics.
-                let hex = raw.get(i + 4..i + 6).unwrap_or(b"00");
-                let v = hex.iter().fold(0u8, |v, &h| {
-                    let digit = char::from(h).to_digit(16).unwrap_or(0);
-                    (v << 4) | u8::try_from(digit).unwrap_or(0)
-                });
-                (v, 6)
-            }
-            other => (other, 2),
-        };
+        let (byte, len) = unescape(raw, i);
         out.push(byte);
         i += len;
     }
@@ -445,42 +426,47 @@ pub fn decode(raw: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// The byte the escape at `raw[i]` (a backslash) stands for, and the escape's length.
+/// Canonical escapes are `\"`, `\\`, the short ones and `\u00` with two lowercase hex digits;
+/// anything else (only reachable by a caller that did not check first) decodes to something,
+/// never a panic: a digit that is not hex reads as 0.
+fn unescape(raw: &[u8], i: usize) -> (u8, usize) {
+    match raw.get(i + 1).copied().unwrap_or(b'\\') {
+        b'b' => (0x08, 2),
+        b'f' => (0x0c, 2),
+        b'n' => (b'\n', 2),
+        b'r' => (b'\r', 2),
+        b't' => (b'\t', 2),
+        b'u' => {
+            let hex = raw.get(i + 4..i + 6).unwrap_or(b"00");
+            let v = hex.iter().fold(0u8, |v, &h| {
+                let digit = char::from(h).to_digit(16).unwrap_or(0);
+                (v << 4) | u8::try_from(digit).unwrap_or(0)
+            });
+            (v, 6)
+        }
+        other => (other, 2),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `decode` is public: contents that were not checked first decode to something, never
-    /// a panic (a digit that is not hex read as 0), and canonical escapes decode exactly.
-    /// The definition of [`decode`]: byte by byte.
+    /// The definition of [`decode`]: byte by byte (the escapes read as `decode` reads them:
+    /// what is under test is the copying of the runs between them).
     fn decode_bytewise(raw: &[u8]) -> String {
         let mut out: Vec<u8> = Vec::with_capacity(raw.len());
         let mut i = 0;
         while i < raw.len() {
-            let c = raw[i];
-            if c != b'\\' {
-                out.push(c);
+            if raw[i] == b'\\' {
+                let (byte, len) = unescape(raw, i);
+                out.push(byte);
+                i += len;
+            } else {
+                out.push(raw[i]);
                 i += 1;
-                continue;
             }
-            let e = raw.get(i + 1).copied().unwrap_or(b'\\');
-            let (byte, len) = match e {
-                b'b' => (0x08, 2),
-                b'f' => (0x0c, 2),
-                b'n' => (b'\n', 2),
-                b'r' => (b'\r', 2),
-                b't' => (b'\t', 2),
-                b'u' => {
-                    let hex = raw.get(i + 4..i + 6).unwrap_or(b"00");
-                    let v = hex.iter().fold(0u8, |v, &h| {
-                        let digit = char::from(h).to_digit(16).unwrap_or(0);
-                        (v << 4) | u8::try_from(digit).unwrap_or(0)
-                    });
-                    (v, 6)
-                }
-                other => (other, 2),
-            };
-            out.push(byte);
-            i += len;
         }
         String::from_utf8(out)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
@@ -503,6 +489,8 @@ mod tests {
         }
     }
 
+    /// `decode` is public: contents that were not checked first decode to something, never
+    /// a panic (a digit that is not hex read as 0), and canonical escapes decode exactly.
     #[test]
     fn decode_of_unchecked_contents_never_panics() {
         assert_eq!(decode(br"a\u001fb\n"), "a\u{1f}b\n");

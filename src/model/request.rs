@@ -116,7 +116,7 @@ impl Fields {
         self.map.get(k).filter(|v| !v.is_null())
     }
 
-    /// A required field moved out (what [`Fields::req`] reads, without a copy): the field is
+    /// A required field moved out, without a copy (null counts as absent): the field is
     /// gone from the map after.
     fn take_req(&mut self, k: &str) -> Result<Value> {
         self.take_opt(k).ok_or_else(|| missing_field(k))
