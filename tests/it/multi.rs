@@ -882,6 +882,20 @@ fn a_synchronous_standby_promoted_after_the_primary_is_killed_keeps_everything_a
     for h in load {
         h.join().unwrap();
     }
+    // The batches the servers ran again after the engine answered `Retry` (a lost connection).
+    let reruns: u64 = servers
+        .addrs
+        .iter()
+        .map(|addr| {
+            get(*addr, "/metrics", &tokens["admin"])
+                .text()
+                .lines()
+                .find_map(|l| l.strip_prefix("hitl_ledger_batch_retries_total "))
+                .expect("the metrics name the batches run again")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
     drop(servers);
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     // Every acknowledged interrupt exactly once, at its seq with its leaf hash; verify clean.
@@ -909,12 +923,16 @@ fn a_synchronous_standby_promoted_after_the_primary_is_killed_keeps_everything_a
         assert_eq!(notes.len(), 1, "two checkpoints of size {size} were shown");
         assert_eq!(stored.get(size), notes.iter().next(), "checkpoint {size}");
     }
+    // The failover happened under the load: the clients were told 503 while no primary took
+    // writes, or the servers ran batches again once their connection was lost. (Which of the
+    // two the clients see depends on where each server was when the primary died; on a busy
+    // machine every lost batch may be re-run after the promotion, with no 503 at all.)
     assert!(
-        saw_503.load(Ordering::Relaxed) > 0,
-        "the failover was seen as 503"
+        saw_503.load(Ordering::Relaxed) > 0 || reruns > 0,
+        "the failover was seen neither as 503 nor as a batch run again"
     );
     eprintln!(
-        "failover (synchronous, {rounds} failovers): {} interrupts and {} grants acknowledged, {} checkpoints seen, {} answers 503",
+        "failover (synchronous, {rounds} failovers): {} interrupts and {} grants acknowledged, {} checkpoints seen, {} answers 503, {reruns} batches run again",
         seen.interrupts.len(),
         seen.grants.len(),
         seen.checkpoints.len(),
