@@ -206,12 +206,28 @@ impl Ledger {
     /// nothing (except a due timeout it recorded first). If the commit fails, every
     /// operation fails and nothing is acknowledged.
     pub fn execute(&self, ops: Vec<(Op, Actor)>) -> Vec<Result<Outcome>> {
-        let fail_all = |e: Error| ops.iter().map(|_| Err(e.clone())).collect();
+        let count = ops.len();
+        let fail_all = |e: Error| (0..count).map(|_| Err(e.clone())).collect();
         if let Some(e) = self.write_refusal() {
             return fail_all(e);
         }
-        for _ in 0..MAX_RETRIES {
-            match self.try_batch(&ops) {
+        // An engine that never asks for a batch to run again gets the operations themselves;
+        // one that may gets a copy for each run but the last.
+        let reruns = self.engine.may_ask_to_rerun();
+        let mut ops = Some(ops);
+        for run in 0..MAX_RETRIES {
+            let this_run = if reruns && run + 1 < MAX_RETRIES {
+                ops.clone()
+            } else {
+                ops.take()
+            };
+            let Some(this_run) = this_run else {
+                return fail_all(Error::new(
+                    ErrorCode::Storage,
+                    "the storage engine asked to re-run a batch although it never re-runs one",
+                ));
+            };
+            match self.try_batch(this_run) {
                 Ok(results) => return results,
                 Err(BatchError::Retry) => {
                     self.metrics.record_retry();
@@ -226,7 +242,7 @@ impl Ledger {
         ))
     }
 
-    fn try_batch(&self, ops: &[(Op, Actor)]) -> Result<Vec<Result<Outcome>>, BatchError> {
+    fn try_batch(&self, ops: Vec<(Op, Actor)>) -> Result<Vec<Result<Outcome>>, BatchError> {
         let txn = self
             .engine
             .begin_write()
@@ -235,7 +251,7 @@ impl Ledger {
         let engine_now = txn.now().map_err(BatchError::from_storage)?;
         let (results, appended, changes) = {
             let mut view = View::new(&*txn);
-            super::prefetch::read_ahead(self, &view, ops).map_err(BatchError::Failed)?;
+            super::prefetch::read_ahead(self, &view, &ops).map_err(BatchError::Failed)?;
             let head = index::head(&view).map_err(BatchError::Failed)?;
             // Checked at open, and again here: a server of this build that outlives a
             // `reindex` to another version (another server's, on a shared database) refuses
@@ -275,7 +291,7 @@ impl Ledger {
             let mut results = Vec::with_capacity(ops.len());
             for (op, actor) in ops {
                 let mut sp = batch.view.savepoint();
-                let r = batch.run(op.clone(), actor, &mut sp);
+                let r = batch.run(op, &actor, &mut sp);
                 if r.is_err() {
                     batch.view.rollback(sp);
                 }

@@ -136,6 +136,10 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         }))
     }
 
+    fn may_ask_to_rerun(&self) -> bool {
+        self.inner.may_ask_to_rerun()
+    }
+
     fn reads(&self) -> u64 {
         self.inner.reads()
     }

@@ -129,6 +129,11 @@ impl Engine for MemoryEngine {
         }))
     }
 
+    /// One writer at a time, in this process: a batch is never asked to run again.
+    fn may_ask_to_rerun(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "memory".into()
     }

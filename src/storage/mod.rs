@@ -496,6 +496,13 @@ pub trait Engine: Send + Sync + fmt::Debug {
     /// The engine's failure; [`StorageError::Retry`] when it could not begin now.
     fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError>;
 
+    /// False for an engine that never answers [`StorageError::Retry`]: the sequencer then
+    /// hands a batch its operations instead of a copy it could run again. True (the default)
+    /// for one that may.
+    fn may_ask_to_rerun(&self) -> bool {
+        true
+    }
+
     /// Point reads and scan steps served so far (for benchmarks that count a read path's
     /// work); 0 when the engine does not count.
     fn reads(&self) -> u64 {

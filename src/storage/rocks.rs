@@ -287,6 +287,12 @@ impl Engine for RocksEngine {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// One writer at a time, in this process (the data directory's lock): a batch is never
+    /// asked to run again.
+    fn may_ask_to_rerun(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "rocksdb".into()
     }

@@ -2,6 +2,7 @@
 //! through the failing wrapper (a failed commit leaves nothing visible and `verify` clean).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hitl_ledger::clock::{ManualClock, Timestamp};
 use hitl_ledger::error::ErrorCode;
@@ -110,6 +111,72 @@ fn the_suite_catches_a_broken_engine() {
 fn memory_ledger(engine: Box<dyn Engine>, clock: &ManualClock) -> Ledger {
     let id = Identity::generate(ORIGIN, Policy::default(), Arc::new(clock.clone())).unwrap();
     Ledger::on_engine(engine, id).unwrap()
+}
+
+/// An engine that answers `Retry` to its next `begin_write` while `retry_next` is set, and
+/// says whether it may ask for a batch to be run again as `reruns` says.
+#[derive(Debug)]
+struct AsksToRerun {
+    inner: MemoryEngine,
+    reruns: bool,
+    retry_next: Arc<AtomicBool>,
+}
+
+impl Engine for AsksToRerun {
+    fn snapshot(
+        &self,
+    ) -> Result<Box<dyn hitl_ledger::storage::Read + '_>, hitl_ledger::storage::StorageError> {
+        self.inner.snapshot()
+    }
+    fn begin_write(
+        &self,
+    ) -> Result<Box<dyn hitl_ledger::storage::WriteTxn + '_>, hitl_ledger::storage::StorageError>
+    {
+        if self.retry_next.swap(false, Ordering::SeqCst) {
+            return Err(hitl_ledger::storage::StorageError::Retry(
+                "a serialization failure".into(),
+            ));
+        }
+        self.inner.begin_write()
+    }
+    fn may_ask_to_rerun(&self) -> bool {
+        self.reruns
+    }
+    fn describe(&self) -> String {
+        "asks to rerun".into()
+    }
+}
+
+/// A batch the engine asks to run again is run again (its operations were kept for it), and
+/// an engine that said it never asks but does fails the batch: every operation is answered
+/// with the storage error and nothing is written (the next record takes the next seq).
+#[test]
+fn a_batch_is_run_again_only_by_an_engine_that_said_it_may_ask() {
+    for reruns in [true, false] {
+        let clock = ManualClock::new(Timestamp::parse(T0).unwrap());
+        let retry_next = Arc::new(AtomicBool::new(false));
+        let engine = AsksToRerun {
+            inner: MemoryEngine::new(),
+            reruns,
+            retry_next: Arc::clone(&retry_next),
+        };
+        let l = memory_ledger(Box::new(engine), &clock);
+        let a = l
+            .interrupt(interrupt_req("a", "t", refund(1)), &agent())
+            .unwrap();
+        retry_next.store(true, Ordering::SeqCst);
+        let b = l.interrupt(interrupt_req("b", "t", refund(2)), &agent());
+        if reruns {
+            assert_eq!(b.unwrap().seq, a.seq + 1, "the batch run again writes b");
+        } else {
+            let e = b.unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Storage, "{e}");
+            let c = l
+                .interrupt(interrupt_req("c", "t", refund(3)), &agent())
+                .unwrap();
+            assert_eq!(c.seq, a.seq + 1, "nothing of b was written");
+        }
+    }
 }
 
 /// A commit that fails (nothing applied) fails every operation of its batch, makes the
