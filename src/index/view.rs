@@ -41,6 +41,19 @@ fn ks_index(ks: Keyspace) -> usize {
     ks as usize
 }
 
+/// How many keys a view's maps held, per keyspace, staged and read: what a view over the next
+/// batch starts its maps with ([`View::with_capacity`]). A batch's maps grown from empty
+/// rehash every key about twice on the way; a view sized by the batch before does not.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capacity {
+    staged: [usize; Keyspace::ALL.len()],
+    read: [usize; Keyspace::ALL.len()],
+}
+
+/// The most keys of one keyspace a [`Capacity`] asks for: a one-off batch of unusual size
+/// leaves the next ones no larger than this.
+const MAX_CAPACITY: usize = 1 << 14;
+
 /// Staged writes over `base`.
 pub struct View<'a> {
     base: &'a dyn Read,
@@ -62,14 +75,34 @@ pub struct View<'a> {
 impl<'a> View<'a> {
     /// An empty view over `base`.
     pub fn new(base: &'a dyn Read) -> View<'a> {
+        View::with_capacity(base, &Capacity::default())
+    }
+
+    /// An empty view over `base` whose maps start with room for `capacity` (at most
+    /// `MAX_CAPACITY` keys of a keyspace).
+    pub fn with_capacity(base: &'a dyn Read, capacity: &Capacity) -> View<'a> {
+        let room = |n: usize| n.min(MAX_CAPACITY);
+        let staged: usize = capacity.staged.iter().map(|&n| room(n)).sum();
         View {
             base,
-            keys: std::array::from_fn(|_| HashMap::new()),
-            slots: Vec::new(),
-            undo: Vec::new(),
+            keys: std::array::from_fn(|i| HashMap::with_capacity(room(capacity.staged[i]))),
+            slots: Vec::with_capacity(staged),
+            undo: Vec::with_capacity(staged),
             staged_bytes: 0,
-            read: RefCell::new(std::array::from_fn(|_| HashMap::new())),
+            read: RefCell::new(std::array::from_fn(|i| {
+                HashMap::with_capacity(room(capacity.read[i]))
+            })),
             read_bytes: Cell::new(0),
+        }
+    }
+
+    /// How many keys the view holds now, per keyspace, staged and read: the capacity to start
+    /// the next batch's view with.
+    pub fn capacity_used(&self) -> Capacity {
+        let read = self.read.borrow();
+        Capacity {
+            staged: std::array::from_fn(|i| self.keys[i].len()),
+            read: std::array::from_fn(|i| read[i].len()),
         }
     }
 

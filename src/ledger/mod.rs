@@ -156,6 +156,9 @@ pub struct Ledger {
     file_policy: Arc<Policy>,
     /// The last policy record read, by seq (policy records change rarely; every batch asks).
     policy_cache: Mutex<Option<governance::InForce>>,
+    /// How many keys the last batch's view held per keyspace: the next batch's view starts
+    /// with that room (a hint: batches run one at a time).
+    staging: Mutex<crate::index::view::Capacity>,
     _lock: Option<DirLock>,
 }
 
@@ -321,6 +324,7 @@ impl Ledger {
             engine,
             file_policy,
             policy_cache: Mutex::new(None),
+            staging: Mutex::new(crate::index::view::Capacity::default()),
             id,
             unwritable: None,
             failed: Mutex::new(None),

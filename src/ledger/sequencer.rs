@@ -250,7 +250,8 @@ impl Ledger {
         self.metrics.record_write_txn();
         let engine_now = txn.now().map_err(BatchError::from_storage)?;
         let (results, appended, changes) = {
-            let mut view = View::new(&*txn);
+            let capacity = *self.staging.lock().unwrap_or_else(|p| p.into_inner());
+            let mut view = View::with_capacity(&*txn, &capacity);
             super::prefetch::read_ahead(self, &view, &ops).map_err(BatchError::Failed)?;
             let head = index::head(&view).map_err(BatchError::Failed)?;
             // Checked at open, and again here: a server of this build that outlives a
@@ -302,6 +303,7 @@ impl Ledger {
             }
             batch.sign_checkpoint().map_err(BatchError::Failed)?;
             let appended = batch.appended;
+            *self.staging.lock().unwrap_or_else(|p| p.into_inner()) = view.capacity_used();
             (results, appended, view.take())
         };
         let started = std::time::Instant::now();
