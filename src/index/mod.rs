@@ -261,6 +261,21 @@ pub fn derived_version<L: Lookup + ?Sized>(view: &L) -> Result<Option<u64>> {
     seq_at(view, Cf::Meta, DERIVED_VERSION_KEY)
 }
 
+/// Refuses derived state of another version than this build's: it is a function of the
+/// records, rebuilt by `reindex`, never read with this build's encodings. `remedy` ends the
+/// message (what the operator does about it).
+///
+/// # Errors
+/// `corrupt_store` naming both versions when `version` is not [`DERIVED_VERSION`].
+pub fn require_derived_version(version: u64, remedy: &str) -> Result<()> {
+    if version == DERIVED_VERSION {
+        return Ok(());
+    }
+    Err(Error::corrupt(format!(
+        "the derived state is of version {version}, this build keeps version {DERIVED_VERSION}; {remedy}"
+    )))
+}
+
 /// Reads a seq-valued index entry.
 ///
 /// # Errors

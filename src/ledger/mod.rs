@@ -359,14 +359,10 @@ impl Ledger {
         let records = index::record_count(r)?;
         if records > 0 {
             let version = index::derived_version(r).ok().flatten().unwrap_or(1);
-            if version != index::DERIVED_VERSION {
-                // Derived state is a function of the records: an older build's is rebuilt, not
-                // read with this build's encodings.
-                return Err(Error::corrupt(format!(
-                    "the derived state is of version {version}, this build keeps version {}; run `hitl-ledger reindex` once (it rebuilds it from the records)",
-                    index::DERIVED_VERSION
-                )));
-            }
+            index::require_derived_version(
+                version,
+                "run `hitl-ledger reindex` once (it rebuilds it from the records)",
+            )?;
         }
         if records != head.size {
             return refuse(

@@ -261,12 +261,11 @@ impl Ledger {
                 let version = index::derived_version(&view)
                     .map_err(BatchError::Failed)?
                     .unwrap_or(1);
-                if version != index::DERIVED_VERSION {
-                    return Err(BatchError::Failed(Error::corrupt(format!(
-                        "the derived state is of version {version}, this build keeps version {}; stop this server and run `hitl-ledger reindex` with this build's binary, or run the build that wrote it",
-                        index::DERIVED_VERSION
-                    ))));
-                }
+                index::require_derived_version(
+                    version,
+                    "stop this server and run `hitl-ledger reindex` with this build's binary, or run the build that wrote it",
+                )
+                .map_err(BatchError::Failed)?;
             }
             // The engine's clock where it has one (servers sharing a database agree on every
             // deadline), unless a test injected the only time there is.
