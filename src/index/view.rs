@@ -485,6 +485,29 @@ mod tests {
         ]
     }
 
+    /// A view sized by a batch that staged and read far more keys than usual starts the next
+    /// one with at most `MAX_CAPACITY` keys of room a keyspace: one large batch does not make
+    /// every later one hold that much memory.
+    #[test]
+    fn the_room_a_view_starts_with_is_bounded() {
+        let live = Live::default();
+        let mut big = View::new(&live);
+        for n in 0..(3 * MAX_CAPACITY as u32) {
+            big.put(Keyspace::Requests, n.to_be_bytes().to_vec(), vec![1]);
+            big.get(Keyspace::Facts, &n.to_be_bytes()).unwrap();
+        }
+        let used = big.capacity_used();
+        assert_eq!(used.staged[ks_index(Keyspace::Requests)], 3 * MAX_CAPACITY);
+        assert_eq!(used.read[ks_index(Keyspace::Facts)], 3 * MAX_CAPACITY);
+        let next = View::with_capacity(&live, &used);
+        assert!(next.keys[ks_index(Keyspace::Requests)].capacity() < 2 * MAX_CAPACITY);
+        assert!(next.read.borrow()[ks_index(Keyspace::Facts)].capacity() < 2 * MAX_CAPACITY);
+        assert!(next.slots.capacity() < 2 * MAX_CAPACITY);
+        // An ordinary batch's room is what it used.
+        let small = View::with_capacity(&live, &Capacity::default());
+        assert!(small.keys.iter().all(|m| m.capacity() == 0));
+    }
+
     #[test]
     fn keyspaces_are_numbered_in_the_order_of_all() {
         for (n, ks) in Keyspace::ALL.iter().enumerate() {
