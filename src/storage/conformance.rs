@@ -13,7 +13,7 @@ use super::{Changes, Durability, Engine, Keyspace, Read, StorageError, scan_pref
 pub type Check = (&'static str, fn(&dyn Engine) -> Result<(), String>);
 
 /// Every check that needs only an engine (durability across a reopen is [`durable_reopen`]).
-pub const CHECKS: [Check; 11] = [
+pub const CHECKS: [Check; 12] = [
     ("empty", empty),
     ("ordered_bytes", ordered_bytes),
     ("snapshot_isolation", snapshot_isolation),
@@ -28,6 +28,7 @@ pub const CHECKS: [Check; 11] = [
     ("one_writer", one_writer),
     ("get_many", get_many),
     ("large_values", large_values),
+    ("write_last_follows_commits", write_last_follows_commits),
 ];
 
 /// Runs every check of [`CHECKS`], each on a fresh engine from `fresh`; panics naming every
@@ -186,6 +187,56 @@ pub fn read_your_commits(engine: &dyn Engine) -> Result<(), String> {
         txn.get(Keyspace::Meta, b"head").map_err(se)? == Some(b"2".to_vec()),
         "a second write transaction does not see the first's commit",
     )
+}
+
+/// The write transaction's `last` of an append-only keyspace is the greatest committed entry
+/// after every kind of commit: empty, an append above, an append below the greatest, a commit
+/// of other keyspaces only, a refused commit (an engine may keep what it read between
+/// transactions; it must not keep anything wrong).
+pub fn write_last_follows_commits(engine: &dyn Engine) -> Result<(), String> {
+    for ks in [Keyspace::Records, Keyspace::Checkpoints] {
+        let last = |what: &str, want: Option<(&[u8], &[u8])>| -> Result<(), String> {
+            let txn = engine.begin_write().map_err(se)?;
+            let got = txn.last(ks).map_err(se)?;
+            // Asked twice in one transaction: the same answer.
+            expect(
+                txn.last(ks).map_err(se)? == got,
+                "last changed within a transaction",
+            )?;
+            expect(
+                got == want.map(|(k, v)| (k.to_vec(), v.to_vec())),
+                &format!("{ks:?}: last {what}: {got:?}"),
+            )
+        };
+        last("when empty", None)?;
+        commit(engine, put(ks, &[(b"k2", b"v2")]))?;
+        last("after the first put", Some((b"k2", b"v2")))?;
+        commit(engine, put(ks, &[(b"k3", b"v3"), (b"k5", b"v5")]))?;
+        last("after two puts above", Some((b"k5", b"v5")))?;
+        commit(engine, put(ks, &[(b"k1", b"v1")]))?;
+        last("after a put below the greatest", Some((b"k5", b"v5")))?;
+        commit(engine, put(Keyspace::Meta, &[(b"k9", b"v9")]))?;
+        last("after a commit of another keyspace", Some((b"k5", b"v5")))?;
+        let refused = engine.begin_write().map_err(se)?.commit(
+            put(ks, &[(b"k5", b"again"), (b"k7", b"v7")]),
+            Durability::Synced,
+        );
+        expect(
+            matches!(refused, Err(StorageError::AppendOnly { .. })),
+            "an overwrite was not refused",
+        )?;
+        last("after a refused commit", Some((b"k5", b"v5")))?;
+        // A transaction dropped without committing changes nothing.
+        drop(engine.begin_write().map_err(se)?);
+        commit(engine, put(ks, &[(b"k4", b"v4"), (b"k6", b"v6")]))?;
+        last("after puts below and above", Some((b"k6", b"v6")))?;
+        let s = engine.snapshot().map_err(se)?;
+        expect(
+            s.last(ks).map_err(se)? == Some((b"k6".to_vec(), b"v6".to_vec())),
+            "a snapshot's last is not the write transaction's",
+        )?;
+    }
+    Ok(())
 }
 
 /// A commit that fails applies nothing of itself.

@@ -137,7 +137,7 @@ impl Keyspace {
     }
 
     /// True for the keyspaces that refuse overwrites, deletes and clears.
-    pub fn append_only(self) -> bool {
+    pub const fn append_only(self) -> bool {
         matches!(self, Keyspace::Records | Keyspace::Checkpoints)
     }
 }

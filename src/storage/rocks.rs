@@ -3,6 +3,7 @@
 //! and across processes the data directory's lock, which the ledger holds while it has the
 //! engine open. The byte layout of every keyspace is in `docs/format.md`.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -22,9 +23,41 @@ const CLEAR_END: [u8; 4096] = [0xFF; 4096];
 /// The open RocksDB database.
 pub struct RocksEngine {
     db: DB,
-    writer: Mutex<()>,
+    writer: Mutex<Writer>,
     reads: AtomicU64,
 }
+
+/// What the one writer knows between its transactions: the entry with the greatest key of each
+/// append-only keyspace ([`Keyspace::append_only`]), read once and then kept by the commits.
+/// Every batch asks for them (the next seq, and the append-only check of its commit), and a
+/// RocksDB iterator for each was about a tenth of a batch of one's CPU (docs/performance.md).
+/// Only the write transaction uses them: it reads the latest committed state, which only it
+/// can change (the writer mutex here, the data directory's lock across processes), so they stay
+/// exact. A commit that fails forgets them, and the next transaction reads them again.
+#[derive(Default)]
+struct Writer {
+    /// Per append-only keyspace ([`greatest_slot`]): `None` not read yet, `Some(None)` empty.
+    greatest: RefCell<[Option<Option<Entry>>; 2]>,
+}
+
+/// The slot of an append-only keyspace in [`Writer::greatest`].
+const fn greatest_slot(ks: Keyspace) -> Option<usize> {
+    match ks {
+        Keyspace::Records => Some(0),
+        Keyspace::Checkpoints => Some(1),
+        _ => None,
+    }
+}
+
+/// Every append-only keyspace has a slot in [`Writer::greatest`].
+const _: () = {
+    let mut i = 0;
+    while i < Keyspace::ALL.len() {
+        let ks = Keyspace::ALL[i];
+        assert!(!ks.append_only() || greatest_slot(ks).is_some());
+        i += 1;
+    }
+};
 
 impl std::fmt::Debug for RocksEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,7 +147,7 @@ impl RocksEngine {
             .map_err(engine_err("opening the database"))?;
         Ok(RocksEngine {
             db,
-            writer: Mutex::new(()),
+            writer: Mutex::new(Writer::default()),
             reads: AtomicU64::new(0),
         })
     }
@@ -225,7 +258,7 @@ impl Read for RocksSnapshot<'_> {
 /// this transaction can change.
 struct RocksTxn<'a> {
     engine: &'a RocksEngine,
-    _guard: MutexGuard<'a, ()>,
+    writer: MutexGuard<'a, Writer>,
 }
 
 impl Read for RocksTxn<'_> {
@@ -239,7 +272,15 @@ impl Read for RocksTxn<'_> {
         self.engine.scan_at(None, ks, start)
     }
     fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
-        self.engine.last_at(None, ks)
+        let Some(slot) = greatest_slot(ks) else {
+            return self.engine.last_at(None, ks);
+        };
+        if let Some(known) = &self.writer.greatest.borrow()[slot] {
+            return Ok(known.clone());
+        }
+        let read = self.engine.last_at(None, ks)?;
+        self.writer.greatest.borrow_mut()[slot] = Some(read.clone());
+        Ok(read)
     }
 }
 
@@ -263,7 +304,26 @@ impl WriteTxn for RocksTxn<'_> {
         }
         let mut wo = WriteOptions::default();
         wo.set_sync(d == Durability::Synced);
-        e.db.write_opt(batch, &wo).map_err(engine_err("commit"))
+        let written = e.db.write_opt(batch, &wo).map_err(engine_err("commit"));
+        let mut greatest = self.writer.greatest.borrow_mut();
+        match written {
+            // The greatest put of each append-only keyspace (the changes are in key order) is
+            // its new greatest entry when above the one stored.
+            Ok(()) => {
+                for (ks, key, value) in changes.iter() {
+                    let (Some(slot), Some(value)) = (greatest_slot(ks), value) else {
+                        continue;
+                    };
+                    if let Some(known) = &mut greatest[slot]
+                        && known.as_ref().is_none_or(|(k, _)| k.as_slice() < key)
+                    {
+                        *known = Some((key.to_vec(), value.to_vec()));
+                    }
+                }
+            }
+            Err(_) => *greatest = Default::default(),
+        }
+        written
     }
 }
 
@@ -276,10 +336,15 @@ impl Engine for RocksEngine {
     }
 
     fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError> {
-        let guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // A writer that panicked may have left its knowledge behind its commit: read it again.
+        let writer = self.writer.lock().unwrap_or_else(|p| {
+            let w = p.into_inner();
+            *w.greatest.borrow_mut() = Default::default();
+            w
+        });
         Ok(Box::new(RocksTxn {
             engine: self,
-            _guard: guard,
+            writer,
         }))
     }
 
