@@ -236,7 +236,24 @@ pub fn write_last_follows_commits(engine: &dyn Engine) -> Result<(), String> {
             "a snapshot's last is not the write transaction's",
         )?;
     }
-    Ok(())
+    // One commit to both, as every batch makes: each keyspace keeps its own greatest.
+    let mut both = put(Keyspace::Records, &[(b"k8", b"record 8")]);
+    both.put(
+        Keyspace::Checkpoints,
+        b"k7".to_vec(),
+        b"checkpoint 7".to_vec(),
+    );
+    commit(engine, both)?;
+    let txn = engine.begin_write().map_err(se)?;
+    expect(
+        txn.last(Keyspace::Records).map_err(se)? == Some((b"k8".to_vec(), b"record 8".to_vec())),
+        "after one commit to both, the records' last is not its put",
+    )?;
+    expect(
+        txn.last(Keyspace::Checkpoints).map_err(se)?
+            == Some((b"k7".to_vec(), b"checkpoint 7".to_vec())),
+        "after one commit to both, the checkpoints' last is not its put",
+    )
 }
 
 /// A commit that fails applies nothing of itself.

@@ -336,10 +336,12 @@ impl Engine for RocksEngine {
     }
 
     fn begin_write(&self) -> Result<Box<dyn WriteTxn + '_>, StorageError> {
-        // A writer that panicked may have left its knowledge behind its commit: read it again.
+        // A writer that panicked may have left its knowledge behind its commit: read it again
+        // (once: the lock is no longer poisoned afterwards).
         let writer = self.writer.lock().unwrap_or_else(|p| {
             let w = p.into_inner();
             *w.greatest.borrow_mut() = Default::default();
+            self.writer.clear_poison();
             w
         });
         Ok(Box::new(RocksTxn {
@@ -360,5 +362,61 @@ impl Engine for RocksEngine {
 
     fn describe(&self) -> String {
         "rocksdb".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(pairs: &[(&[u8], &[u8])]) -> Changes {
+        let mut c = Changes::new();
+        for (k, v) in pairs {
+            c.put(Keyspace::Records, k.to_vec(), v.to_vec());
+        }
+        c
+    }
+
+    /// The greatest record is read from RocksDB once and then kept by the commits: a later
+    /// transaction's `last` (and a commit's append-only check) reads nothing. After a writer
+    /// panicked it is read again, once.
+    #[test]
+    fn the_writer_reads_the_greatest_record_once_and_again_after_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(dir.path(), true).unwrap();
+        let commit = |c: Changes| e.begin_write().unwrap().commit(c, Durability::Synced);
+        commit(records(&[(b"\x00", b"leaf 0")])).unwrap();
+        let before = e.reads();
+        commit(records(&[(b"\x01", b"leaf 1")])).unwrap();
+        commit(records(&[(b"\x02", b"leaf 2")])).unwrap();
+        let txn = e.begin_write().unwrap();
+        assert_eq!(
+            txn.last(Keyspace::Records).unwrap(),
+            Some((b"\x02".to_vec(), b"leaf 2".to_vec()))
+        );
+        drop(txn);
+        assert_eq!(e.reads(), before, "the kept greatest record was read again");
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _txn = e.begin_write().unwrap();
+            panic!("a writer panics with its transaction open");
+        }));
+        assert!(panicked.is_err());
+        let read = |e: &RocksEngine| {
+            let txn = e.begin_write().unwrap();
+            let before = e.reads();
+            let last = txn.last(Keyspace::Records).unwrap();
+            (last, e.reads() - before)
+        };
+        assert_eq!(
+            read(&e),
+            (Some((b"\x02".to_vec(), b"leaf 2".to_vec())), 1),
+            "after a panic the greatest record is read again"
+        );
+        assert_eq!(
+            read(&e).1,
+            0,
+            "the lock stayed poisoned: the greatest record is read on every transaction"
+        );
     }
 }
