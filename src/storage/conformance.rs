@@ -191,8 +191,9 @@ pub fn read_your_commits(engine: &dyn Engine) -> Result<(), String> {
 
 /// The write transaction's `last` of an append-only keyspace is the greatest committed entry
 /// after every kind of commit: empty, an append above, an append below the greatest, a commit
-/// of other keyspaces only, a refused commit (an engine may keep what it read between
-/// transactions; it must not keep anything wrong).
+/// of other keyspaces only, a refused commit, a dropped transaction, and one commit to both
+/// append-only keyspaces (an engine may keep what it read between transactions; it must not
+/// keep anything wrong).
 pub fn write_last_follows_commits(engine: &dyn Engine) -> Result<(), String> {
     for ks in [Keyspace::Records, Keyspace::Checkpoints] {
         let last = |what: &str, want: Option<(&[u8], &[u8])>| -> Result<(), String> {

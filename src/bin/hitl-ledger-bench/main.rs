@@ -41,17 +41,17 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use hitl_ledger::clock::Clock as _;
+
+use crate::data::{BIG_THREAD, Layout};
+use crate::http::{ServerKind, Spec, Target};
+use crate::report::{BigThread, ExportRun, Limits, ProofsRun, Results, ServerRun, VerifyRun};
 
 /// The allocator of the `hitl-ledger` binary (docs/design.md, "Dependencies"): the HTTP
 /// servers, exports and proofs this program runs in its own children are the product's code,
 /// and are measured with the allocator the product ships with, not the system's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use hitl_ledger::clock::Clock as _;
-
-use crate::data::{BIG_THREAD, Layout};
-use crate::http::{ServerKind, Spec, Target};
-use crate::report::{BigThread, ExportRun, Limits, ProofsRun, Results, ServerRun, VerifyRun};
 
 /// Any error, with its message.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
