@@ -6,7 +6,7 @@
 //!
 //! | rank | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`], [`codec`] | error codes and the HTTP status table; byte codecs |
+//! | 0 | [`error`], [`codec`], [`hashing`] | error codes and the HTTP status table; byte codecs; seeded hash maps |
 //! | 1 | [`clock`] | time |
 //! | 2 | [`format`](mod@format), [`storage`] | pure bytes; storage engines |
 //! | 3 | [`model`], [`verify`] | pure semantics; pure verification |
@@ -25,6 +25,7 @@ pub mod clock;
 pub mod codec;
 pub mod error;
 pub mod format;
+pub mod hashing;
 pub mod index;
 pub mod ledger;
 pub mod model;

@@ -25,13 +25,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::collections::BinaryHeap;
+use std::hash::BuildHasher as _;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+use crate::hashing::{Map, Seeded};
 use crate::storage::{Changes, Entry, Keyspace, Read, Scan, StorageError};
 use crate::verify::spill::SpillStore;
 
@@ -117,11 +118,12 @@ struct Bloom {
 /// Bits set per key.
 const PROBES: u32 = 7;
 
+/// The hasher of every Bloom filter of the process: a run's filter is written and read by the
+/// process that made the run (runs never outlive it), so one seed drawn per process serves.
+static BLOOM_HASHER: LazyLock<Seeded> = LazyLock::new(Seeded::default);
+
 fn key_hash(ks: Keyspace, key: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    (ks as u8).hash(&mut h);
-    key.hash(&mut h);
-    h.finish()
+    BLOOM_HASHER.hash_one((ks as u8, key))
 }
 
 impl Bloom {
@@ -132,7 +134,7 @@ impl Bloom {
         }
     }
 
-    fn positions(&self, hash: u64) -> (usize, impl Iterator<Item = usize>) {
+    fn positions(&self, hash: u64) -> (usize, impl Iterator<Item = usize> + use<>) {
         let blocks = self.words.len() / 8;
         let block = ((hash >> 32) as usize % blocks) * 8;
         let mut h = hash as u32;
@@ -146,7 +148,6 @@ impl Bloom {
 
     fn insert(&mut self, hash: u64) {
         let (block, bits) = self.positions(hash);
-        let bits: Vec<usize> = bits.collect();
         for b in bits {
             self.words[block + b / 64] |= 1 << (b % 64);
         }
@@ -261,7 +262,7 @@ struct Run {
 /// Blocks that point reads read lately, by run and block, the oldest dropped past a bound of
 /// bytes: a request or a fact is usually read again soon after (its decision, its grant).
 struct BlockCache {
-    blocks: HashMap<(u64, usize), Arc<[u8]>>,
+    blocks: Map<(u64, usize), Arc<[u8]>>,
     order: std::collections::VecDeque<(u64, usize)>,
     bytes: usize,
 }
@@ -719,7 +720,7 @@ impl Runs {
             runs: RefCell::new(Vec::new()),
             next_id: Cell::new(0),
             cache: RefCell::new(BlockCache {
-                blocks: HashMap::new(),
+                blocks: Map::default(),
                 order: std::collections::VecDeque::new(),
                 bytes: 0,
             }),
@@ -947,7 +948,7 @@ impl Read for Runs {
 /// written out as a run of [`Runs`] past a bound of bytes, all under [`SPILL_SPACE`].
 pub struct SpillRuns {
     runs: Runs,
-    table: HashMap<Vec<u8>, Vec<u8>>,
+    table: Map<Vec<u8>, Vec<u8>>,
     bytes: usize,
     bound: usize,
 }
@@ -968,7 +969,7 @@ impl SpillRuns {
     pub fn new(dir: Option<PathBuf>, bound: usize) -> Result<SpillRuns, StorageError> {
         Ok(SpillRuns {
             runs: Runs::new(dir, &[SPILL_SPACE])?,
-            table: HashMap::new(),
+            table: Map::default(),
             bytes: 0,
             bound,
         })
@@ -1014,7 +1015,7 @@ impl SpillStore for SpillRuns {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
 
     use proptest::prelude::*;
 

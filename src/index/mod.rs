@@ -54,11 +54,24 @@ pub trait Lookup {
     /// # Errors
     /// A storage error.
     fn lookup(&self, ks: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// The value of `key` in `ks`, handed to `f` (borrowed where the source keeps it, as a
+    /// batch's [`View`] does: then only what `f` makes of it is allocated).
+    ///
+    /// # Errors
+    /// A storage error.
+    fn lookup_with<R>(&self, ks: Cf, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        Ok(f(self.lookup(ks, key)?.as_deref()))
+    }
 }
 
 impl Lookup for View<'_> {
     fn lookup(&self, ks: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get(ks, key)
+    }
+
+    fn lookup_with<R>(&self, ks: Cf, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        self.get_with(ks, key, f)
     }
 }
 
@@ -82,8 +95,7 @@ pub struct Head {
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    bincode::serde::encode_to_vec(v, bincode::config::standard())
-        .expect("index values always encode")
+    crate::codec::bincode_exact(v)
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(b: &[u8], what: &str) -> Result<T> {
@@ -119,9 +131,9 @@ pub fn head<L: Lookup + ?Sized>(view: &L) -> Result<Head> {
 /// # Errors
 /// A storage error or an undecodable value.
 pub fn request<L: Lookup + ?Sized>(view: &L, rid: &str) -> Result<Option<RequestState>> {
-    view.lookup(Cf::Requests, rid.as_bytes())?
-        .map(|b| decode(&b, "request"))
-        .transpose()
+    view.lookup_with(Cf::Requests, rid.as_bytes(), |b| {
+        b.map(|b| decode(b, "request")).transpose()
+    })?
 }
 
 /// The length of a thread head's count and last leaf hash, before its tenant.
@@ -162,9 +174,9 @@ fn thread_head_parts(b: &[u8]) -> Result<((u64, Hash), Option<&str>)> {
 /// # Errors
 /// A storage error or an undecodable value.
 pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<(u64, Hash)>> {
-    view.lookup(Cf::ThreadHeads, thread.as_bytes())?
-        .map(|b| thread_head_parts(&b).map(|(h, _)| h))
-        .transpose()
+    view.lookup_with(Cf::ThreadHeads, thread.as_bytes(), |b| {
+        b.map(|b| thread_head_parts(b).map(|(h, _)| h)).transpose()
+    })?
 }
 
 /// The tenant a thread belongs to (its first record's request's), `None` for an unknown thread
@@ -173,10 +185,11 @@ pub fn thread_head<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<
 /// # Errors
 /// A storage error, an undecodable head or a tenant that is not UTF-8.
 pub fn thread_tenant<L: Lookup + ?Sized>(view: &L, thread: &str) -> Result<Option<String>> {
-    view.lookup(Cf::ThreadHeads, thread.as_bytes())?
-        .map(|b| thread_head_parts(&b).map(|(_, t)| t.map(str::to_owned)))
-        .transpose()
-        .map(Option::flatten)
+    view.lookup_with(Cf::ThreadHeads, thread.as_bytes(), |b| {
+        b.map(|b| thread_head_parts(b).map(|(_, t)| t.map(str::to_owned)))
+            .transpose()
+            .map(Option::flatten)
+    })?
 }
 
 /// Moves a stored thread head to `count` records ending in `leaf_hash`, in place, keeping the
@@ -281,12 +294,12 @@ pub fn require_derived_version(version: u64, remedy: &str) -> Result<()> {
 /// # Errors
 /// A storage error or a value that is not 8 bytes.
 pub fn seq_at<L: Lookup + ?Sized>(view: &L, cf: Cf, key: &[u8]) -> Result<Option<u64>> {
-    match view.lookup(cf, key)? {
+    view.lookup_with(cf, key, |b| match b {
         None => Ok(None),
-        Some(b) => read_be(&b)
+        Some(b) => read_be(b)
             .map(Some)
             .ok_or_else(|| Error::corrupt(format!("{} entry is not a seq", cf.name()))),
-    }
+    })?
 }
 
 /// The number of open requests (the entries of the `pending` keyspace), kept by [`apply`].
@@ -497,9 +510,15 @@ fn request_ctx(st: &RequestState, open_ts: i64, decider: Option<String>) -> Requ
 /// The context of a later record (at `seq`) of a request, `st` its state after the record:
 /// the interrupt's `ts` from the interrupt's fact, the decider from the closing decision
 /// (this record's actor, or the earlier decision's fact).
+///
+/// The facts are read with their strings borrowed (`Fact::decode_borrowed`): of the interrupt's
+/// only its `ts` is kept, of an earlier decision's only its principal.
 fn stored_ctx(view: &View, seq: u64, r: &Record, st: &RequestState) -> Result<RequestCtx> {
-    let open_ts = fact_at(view, st.interrupt_seq)?
-        .map(|f| f.ts)
+    let open_ts = view
+        .get_with(Cf::Facts, &fact_key(st.interrupt_seq), |b| {
+            b.map(|b| Fact::decode_borrowed(b).map(|f| f.ts))
+                .transpose()
+        })??
         .ok_or_else(|| {
             Error::corrupt_at(
                 seq,
@@ -512,7 +531,10 @@ fn stored_ctx(view: &View, seq: u64, r: &Record, st: &RequestState) -> Result<Re
     let decider = match &st.decision {
         None => None,
         Some(d) if d.seq == seq => Some(r.actor.principal.clone()),
-        Some(d) => fact_at(view, d.seq)?.map(|f| f.principal),
+        Some(d) => view.get_with(Cf::Facts, &fact_key(d.seq), |b| {
+            b.map(|b| Fact::decode_borrowed(b).map(|f| f.principal.to_owned()))
+                .transpose()
+        })??,
     };
     Ok(request_ctx(st, open_ts, decider))
 }
@@ -528,16 +550,6 @@ fn put_fact(
     if let Some(f) = crate::oversight::fact(r, ctx, closed, thread_tenant) {
         view.put(Cf::Facts, fact_key(seq).to_vec(), f.encode());
     }
-}
-
-/// The fact of the record at `seq`, if it has one.
-///
-/// # Errors
-/// A storage error or an undecodable fact.
-pub fn fact_at<L: Lookup + ?Sized>(view: &L, seq: u64) -> Result<Option<Fact>> {
-    view.lookup(Cf::Facts, &fact_key(seq))?
-        .map(|b| Fact::decode(&b))
-        .transpose()
 }
 
 #[cfg(test)]

@@ -13,11 +13,11 @@
 //! the policy in force) reach the engine once per batch, not once per question.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::format::merkle::{Hash, NodeSource};
 use crate::format::tile::{TileAppend, TileError, TileNodes, TileSource};
+use crate::hashing::{Map, map_with_capacity};
 use crate::storage::{Changes, Keyspace, Read};
 
 use super::keys::tile_key;
@@ -58,7 +58,7 @@ const MAX_CAPACITY: usize = 1 << 14;
 pub struct View<'a> {
     base: &'a dyn Read,
     /// Per keyspace: a staged key to its slot.
-    keys: [HashMap<Vec<u8>, usize>; Keyspace::ALL.len()],
+    keys: [Map<Vec<u8>, usize>; Keyspace::ALL.len()],
     /// The staged value of each slot.
     slots: Vec<Staged>,
     undo: Vec<Undo>,
@@ -67,7 +67,7 @@ pub struct View<'a> {
     staged_bytes: usize,
     /// Per keyspace: what reads found in the base since the last take (`None`: absent). The
     /// base does not change under a view until the view is taken, which empties this.
-    read: RefCell<[HashMap<Vec<u8>, Staged>; Keyspace::ALL.len()]>,
+    read: RefCell<[Map<Vec<u8>, Staged>; Keyspace::ALL.len()]>,
     /// Bytes of keys and values in `read`, counted as they were read.
     read_bytes: Cell<usize>,
 }
@@ -85,12 +85,12 @@ impl<'a> View<'a> {
         let staged: usize = capacity.staged.iter().map(|&n| room(n)).sum();
         View {
             base,
-            keys: std::array::from_fn(|i| HashMap::with_capacity(room(capacity.staged[i]))),
+            keys: std::array::from_fn(|i| map_with_capacity(room(capacity.staged[i]))),
             slots: Vec::with_capacity(staged),
             undo: Vec::with_capacity(staged),
             staged_bytes: 0,
             read: RefCell::new(std::array::from_fn(|i| {
-                HashMap::with_capacity(room(capacity.read[i]))
+                map_with_capacity(room(capacity.read[i]))
             })),
             read_bytes: Cell::new(0),
         }
@@ -111,17 +111,32 @@ impl<'a> View<'a> {
     /// # Errors
     /// A storage error.
     pub fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(ks, key, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// Reads a value, staged first, and hands it to `f` borrowed: what `f` keeps of it (a
+    /// decoded state, a seq) is all that is copied. `f` must not use the view.
+    ///
+    /// # Errors
+    /// A storage error.
+    pub fn get_with<R>(
+        &self,
+        ks: Keyspace,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
         if let Some(&i) = self.keys[ks_index(ks)].get(key) {
-            return Ok(self.slots[i].clone());
+            return Ok(f(self.slots[i].as_deref()));
         }
         if let Some(v) = self.read.borrow()[ks_index(ks)].get(key) {
-            return Ok(v.clone());
+            return Ok(f(v.as_deref()));
         }
         let v = self.base.get(ks, key)?;
         self.read_bytes
             .set(self.read_bytes.get() + key.len() + v.as_ref().map_or(0, Vec::len));
-        self.read.borrow_mut()[ks_index(ks)].insert(key.to_vec(), v.clone());
-        Ok(v)
+        let r = f(v.as_deref());
+        self.read.borrow_mut()[ks_index(ks)].insert(key.to_vec(), v);
+        Ok(r)
     }
 
     fn set(&mut self, ks: Keyspace, key: Vec<u8>, value: Staged) {

@@ -163,8 +163,7 @@ fn reason_code(r: &Record) -> Option<String> {
 impl Fact {
     /// The fact's bytes in the `facts` keyspace (bincode, standard configuration).
     pub fn encode(&self) -> Vec<u8> {
-        bincode::serde::encode_to_vec(self, bincode::config::standard())
-            .expect("facts always encode")
+        crate::codec::bincode_exact(self)
     }
 
     /// A fact from its bytes.

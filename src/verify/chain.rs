@@ -1,7 +1,5 @@
 //! The streaming check of a whole log: bytes, chains, checkpoints and the approval rules.
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 
 use super::rules::RuleReplay;
@@ -10,6 +8,7 @@ use crate::codec::{be, read_be};
 use crate::format::merkle::{self, Frontier, Hash};
 use crate::format::note::{self, Checkpoint, NoteVerifier};
 use crate::format::record::{LeafError, Record, ZERO_HASH, hex_hash};
+use crate::hashing::Map;
 
 /// A parsed checkpoint to be checked against the records.
 #[derive(Debug, Clone)]
@@ -28,7 +27,7 @@ pub struct ChainCheck {
     last_ts: i64,
     /// Each thread's record count and last leaf hash (the threads read or written since the
     /// last spill, when they spill).
-    threads: HashMap<String, (u64, Hash)>,
+    threads: Map<String, (u64, Hash)>,
     /// Where the threads' heads go past a bound ([`ChainCheck::spill_threads_to`]).
     thread_spill: Option<ThreadSpill>,
     frontier: Frontier,
@@ -114,7 +113,7 @@ impl ChainCheck {
             next: 0,
             last_hash: None,
             last_ts: i64::MIN,
-            threads: HashMap::new(),
+            threads: Map::default(),
             thread_spill: None,
             frontier: Frontier::new(),
             checkpoints: std::collections::VecDeque::new(),

@@ -2,13 +2,13 @@
 //! policy in force along the log, and what it requires of decisions, break-glass uses, their
 //! reviews, and the reason codes of rejections and revocations. [`super::rules::RuleReplay`] keeps the per-request state and asks here.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::rules::{Key, key};
 use crate::format::body::Body;
 use crate::format::merkle::Hash;
 use crate::format::record::{Record, hex_hash};
+use crate::hashing::Map;
 use crate::model::policy::{Mode, Policy, ToolPolicy};
 
 /// A principal as the replay keeps it.
@@ -26,7 +26,7 @@ pub(super) fn tool_key(t: &str) -> Key {
 struct InForce {
     id: Hash,
     default: ToolPolicy,
-    tools: HashMap<Key, ToolPolicy>,
+    tools: Map<Key, ToolPolicy>,
 }
 
 /// The policy in force along the replay.

@@ -4,14 +4,13 @@
 //! not only that the bytes are intact. The rules, in their order, are in `docs/protocol.md`
 //! ("The approval-rule replay"); each message below starts with its rule number.
 
-use std::collections::HashMap;
-
 use sha2::{Digest as _, Sha256};
 
 use super::governance::{Governance, RequestGov, principal_key, tool_key};
 use super::spill::SpillStore;
 use crate::format::merkle::Hash;
 use crate::format::record::{Kind, Record, parse_hex_hash};
+use crate::hashing::Map;
 
 /// A request or ticket id as the replay keeps it: SHA-256 of a domain tag and the id. `verify`
 /// replays the whole ledger with one entry per request, ticket and record naming a request, so
@@ -112,10 +111,10 @@ pub const MAX_RESERVE: u64 = 1 << 22;
 /// since the last spill, and the rest is in the store ([`super::spill`]).
 #[derive(Default)]
 pub struct RuleReplay {
-    requests: HashMap<Key, RequestRules>,
-    tickets: HashMap<Key, TicketRules>,
+    requests: Map<Key, RequestRules>,
+    tickets: Map<Key, TicketRules>,
     /// The request of every record that names one, by leaf hash.
-    records: HashMap<Hash, Key>,
+    records: Map<Hash, Key>,
     /// The policy in force.
     gov: Governance,
     spill: Option<Spill>,

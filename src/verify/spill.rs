@@ -11,7 +11,7 @@
 //!
 //! Pure: the store is a trait; [`MemorySpill`] keeps it in a map, and `audit::spill` on disk.
 
-use std::collections::HashMap;
+use crate::hashing::Map;
 
 /// The entries the replay wrote past its bound, by key (a tag byte and a 32-byte key).
 pub trait SpillStore {
@@ -32,7 +32,7 @@ pub trait SpillStore {
 /// spill after every few entries.
 #[derive(Debug, Default)]
 pub struct MemorySpill {
-    entries: HashMap<Vec<u8>, Vec<u8>>,
+    entries: Map<Vec<u8>, Vec<u8>>,
     /// Calls of [`SpillStore::put`] so far.
     pub puts: usize,
 }

@@ -6,9 +6,10 @@
 use std::path::{Path, PathBuf};
 
 /// The rank of each top-level module.
-const RANKS: [(&str, u8); 16] = [
+const RANKS: [(&str, u8); 17] = [
     ("error", 0),
     ("codec", 0),
+    ("hashing", 0),
     ("clock", 1),
     ("format", 2),
     ("storage", 2),
