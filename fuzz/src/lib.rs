@@ -2,7 +2,7 @@
 //! fuzz targets' checks ([`targets`]).
 //!
 //! The modules are the main crate's files, included by path with its module tree (so that
-//! `crate::format::jcs` and the like resolve as there): `error`, `codec` (rank 0), `clock`
+//! `crate::format::jcs` and the like resolve as there): `error`, `codec`, `hashing` (rank 0), `clock`
 //! (rank 1), `format` (rank 2), `model` and `witness` (rank 3) and `verify` (rank 4). They import nothing else
 //! (`docs/design.md`, "Layers"), which is what lets this crate build without RocksDB.
 
@@ -17,6 +17,8 @@ pub mod codec;
 pub mod error;
 #[path = "../../src/format/mod.rs"]
 pub mod format;
+#[path = "../../src/hashing.rs"]
+pub mod hashing;
 #[path = "../../src/model/mod.rs"]
 pub mod model;
 #[path = "../../src/verify/mod.rs"]
