@@ -6,7 +6,7 @@
 
 use std::sync::mpsc::Receiver;
 
-use super::runs::{Runs, SpillRuns};
+use super::runs::{Merged, Runs, SpillRuns};
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
@@ -89,14 +89,16 @@ const LOOKED_UP: [Keyspace; 7] = [
 /// One ordered scan of the records, two stages at once: this thread reads the records and
 /// checks them (leaves hashed and read on every core, see [`ChainCheck::feed`]) while a
 /// second derives the indexes from the checked records into sorted runs ([`super::runs`]:
-/// what one `View` stages, written out past a bound; no database), merged at the end and compared
-/// with the stored keyspaces entry by entry. The report is exactly the one of
-/// [`super::reference::verify`], which derives into a scratch database one step after the
-/// other.
+/// what one `View` stages, written out past a bound; no database). At the end a thread merges
+/// the runs while this one reads the stored keyspaces and compares them entry by entry. The
+/// stored checkpoints are opened first, a chunk at a time on every core. The report is
+/// exactly the one of [`super::reference::verify`], which derives into a scratch database one
+/// step after the other.
 ///
 /// The approval-rule replay keeps at most [`SPILL_AT`] of its entries in memory and the rest
-/// in sorted runs of its own, and so does the chain check with the threads' heads, so neither stage's memory grows with the ledger beyond each
-/// run's block index and Bloom filter (a few bytes per entry written).
+/// in sorted runs of its own, and so does the chain check with the threads' heads, so neither
+/// stage's memory grows with the ledger beyond each run's block index and Bloom filter (a few
+/// bytes per entry written).
 ///
 /// # Errors
 /// Storage errors only (the ledger's, or the runs' files'); everything wrong with the data is
@@ -134,7 +136,8 @@ pub fn verify_bounded(
     bounds: Bounds,
 ) -> Result<VerifyReport> {
     let snap = ledger.engine().snapshot()?;
-    // The checkpoints are opened as they are read; only their sizes and roots are kept.
+    // The checkpoints are opened as they are read, a chunk at a time on every core; only
+    // their sizes and roots are kept.
     let mut failed = None;
     let mut check = ChainCheck::from_stored(
         ledger.origin(),
@@ -212,11 +215,8 @@ pub fn verify_bounded(
     match derive_error {
         Some(p) => problems.push(p),
         None => {
-            let mut merged = derived.into_merged(staged)?;
-            let mut entries = merged.entries()?.peekable();
-            for ks in Keyspace::DERIVED {
-                problems.extend(compare_merged(&*snap, ks, &mut entries)?);
-            }
+            let merged = derived.into_merged(staged)?;
+            problems.extend(compare_all(&*snap, merged)?);
         }
     }
     sort_problems(&mut problems);
@@ -290,6 +290,60 @@ fn derive(
         }
     }
     Ok((derive_error, derived.take()))
+}
+
+/// Merged entries handed from the merging thread to the comparing one at a time.
+const MERGED_CHUNK: usize = 1024;
+
+/// Merged chunks waiting for the comparison (bounds memory when comparing is the slower side).
+const MERGED_IN_FLIGHT: usize = 4;
+
+/// The first difference in each derived keyspace between the stored entries (read from
+/// `stored`, the snapshot the records were read from) and the re-derived ones in `merged`.
+///
+/// Two stages at once: a second thread merges the sorted runs (reading and decoding their
+/// blocks, choosing the newest value of each key) and hands the entries over in order, in
+/// chunks, while this thread reads the stored keyspaces and compares. The findings are those
+/// of one thread doing both, since the entries arrive in the merge's order.
+///
+/// # Errors
+/// A stored keyspace or a run cannot be read.
+fn compare_all(stored: &dyn Read, mut merged: Merged) -> Result<Vec<Problem>> {
+    type Item = std::result::Result<(Keyspace, Entry), StorageError>;
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Item>>(MERGED_IN_FLIGHT);
+        let merger = s.spawn(move || -> std::result::Result<(), StorageError> {
+            let mut entries = merged.entries()?;
+            loop {
+                let chunk: Vec<Item> = entries.by_ref().take(MERGED_CHUNK).collect();
+                if chunk.is_empty() {
+                    return Ok(());
+                }
+                // A failed entry ends the merge (it yields nothing after one).
+                let failed = chunk.last().is_some_and(std::result::Result::is_err);
+                if tx.send(chunk).is_err() || failed {
+                    // The comparison stopped (on an error of its own, which it returns).
+                    return Ok(());
+                }
+            }
+        });
+        let mut entries = rx.into_iter().flatten().peekable();
+        let compared = (|| -> Result<Vec<Problem>> {
+            let mut problems = Vec::new();
+            for ks in Keyspace::DERIVED {
+                problems.extend(compare_merged(stored, ks, &mut entries)?);
+            }
+            Ok(problems)
+        })();
+        // Stops the merger if the comparison ended early.
+        drop(entries);
+        let merged = merger
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let problems = compared?;
+        merged?;
+        Ok(problems)
+    })
 }
 
 /// [`compare_merged`] walks the merged entries once, keyspace by keyspace, so the derived
@@ -381,4 +435,73 @@ pub fn check_trusted(ledger: &Ledger, trusted: &[u8]) -> Result<Option<Problem>>
         &current,
         proof.as_deref(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::memory::MemoryEngine;
+    use crate::storage::{Durability, Engine};
+
+    /// A stored keyspace of `n` entries, and sorted runs on disk holding the same entries with
+    /// the value of `changed` (when given) different.
+    fn stored_and_derived(n: u32, changed: Option<u32>) -> (MemoryEngine, tempfile::TempDir, Runs) {
+        let engine = MemoryEngine::new();
+        let entries = |changed: Option<u32>| {
+            let mut c = Changes::new();
+            for i in 0..n {
+                let v = if Some(i) == changed { 2u8 } else { 1 };
+                c.put(Keyspace::Requests, i.to_be_bytes().to_vec(), vec![v; 40]);
+            }
+            c
+        };
+        engine
+            .begin_write()
+            .unwrap()
+            .commit(entries(None), Durability::Synced)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let runs = Runs::new(Some(dir.path().join("runs")), &LOOKED_UP).unwrap();
+        runs.write(entries(changed)).unwrap();
+        (engine, dir, runs)
+    }
+
+    /// The merge on its own thread hands every entry over in order: equal keyspaces give no
+    /// finding, one changed value (past the first chunk handed over) gives one, at its key.
+    #[test]
+    fn the_merged_entries_are_compared_in_order_across_chunks() {
+        let n = 3 * MERGED_CHUNK as u32 + 7;
+        let (engine, _dir, runs) = stored_and_derived(n, None);
+        let snap = engine.snapshot().unwrap();
+        let found = compare_all(&*snap, runs.into_merged(Changes::new()).unwrap()).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+
+        let changed = 2 * MERGED_CHUNK as u32 + 3;
+        let (engine, _dir, runs) = stored_and_derived(n, Some(changed));
+        let snap = engine.snapshot().unwrap();
+        let found = compare_all(&*snap, runs.into_merged(Changes::new()).unwrap()).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].code, ProblemCode::Index, "{found:?}");
+        assert!(
+            found[0]
+                .message
+                .contains(&hex::encode(changed.to_be_bytes())),
+            "{found:?}"
+        );
+    }
+
+    /// A run the merge cannot start reading is an error, never a finding: the comparison on
+    /// this side saw no derived entries at all, which would read as a ledger whose derived
+    /// keyspaces hold entries no record explains.
+    #[test]
+    fn a_run_the_merge_cannot_read_is_an_error_not_a_finding() {
+        let (engine, dir, runs) = stored_and_derived(100, None);
+        let file = dir.path().join("runs").join("run-0");
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[3] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let snap = engine.snapshot().unwrap();
+        let outcome = compare_all(&*snap, runs.into_merged(Changes::new()).unwrap());
+        assert!(outcome.is_err(), "{outcome:?}");
+    }
 }

@@ -83,6 +83,49 @@ pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
     )
 }
 
+/// Stored checkpoints whose signatures are checked at once, on every core (a bound on the
+/// notes held: a ledger of many small batches has a checkpoint for each).
+const CHECKPOINT_CHUNK: usize = 1024;
+
+/// Opens one stored checkpoint of the log of `origin`: its signature by `verifier`, its body,
+/// its origin. Only its size and root are kept.
+fn open_checkpoint(
+    origin: &str,
+    verifier: &NoteVerifier,
+    note_bytes: &[u8],
+) -> Result<PendingCheckpoint, Problem> {
+    let (sig, body, wrong_origin) = (
+        ProblemCode::CheckpointSignature,
+        ProblemCode::CheckpointBody,
+        ProblemCode::CheckpointOrigin,
+    );
+    let opened = note::open(note_bytes, std::slice::from_ref(verifier)).map_err(|e| {
+        Problem::global(
+            sig,
+            format!(
+                "checkpoint signature does not verify with {}: {e}",
+                verifier.to_verifier_key()
+            ),
+        )
+    })?;
+    let cp = Checkpoint::parse(&opened.text)
+        .map_err(|e| Problem::global(body, format!("checkpoint body: {e}")))?;
+    if cp.origin != origin {
+        return Err(Problem::global(
+            wrong_origin,
+            format!(
+                "checkpoint origin is {}, expected {}",
+                crate::codec::quoted(&cp.origin),
+                crate::codec::quoted(origin)
+            ),
+        ));
+    }
+    Ok(PendingCheckpoint {
+        size: cp.size,
+        root: cp.root,
+    })
+}
+
 impl ChainCheck {
     /// Starts a check of the log of `origin`, whose stored checkpoints (column family key, note
     /// bytes) must be signed by `verifier`.
@@ -103,7 +146,7 @@ impl ChainCheck {
     /// [`ChainCheck::new`] from the stored checkpoints as they are read: each note is opened
     /// and only its size and root are kept (40 bytes, not the note), so a ledger of many
     /// small batches does not hold every note in memory.
-    pub fn from_stored<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    pub fn from_stored<K: AsRef<[u8]> + Sync, V: AsRef<[u8]> + Sync>(
         origin: &str,
         verifier: &NoteVerifier,
         stored_checkpoints: impl IntoIterator<Item = (K, V)>,
@@ -123,69 +166,44 @@ impl ChainCheck {
             problems: Vec::new(),
         };
         let mut pending = Vec::new();
-        for (k, note_bytes) in stored_checkpoints {
-            let (k, note_bytes) = (k.as_ref(), note_bytes.as_ref());
-            c.stored += 1;
-            let key_size = read_be(k).filter(|_| k.len() == 8);
-            match c.parse_checkpoint(verifier, note_bytes) {
-                Ok(cp) => {
-                    if key_size != Some(cp.size) {
-                        c.problems.push(Problem::global(
-                            ProblemCode::CheckpointBody,
-                            format!(
-                                "checkpoint stored under key {} says size {}",
-                                hex::encode(k),
-                                cp.size
-                            ),
-                        ));
+        let mut stored = stored_checkpoints.into_iter().peekable();
+        let mut chunk = Vec::with_capacity(CHECKPOINT_CHUNK);
+        while stored.peek().is_some() {
+            chunk.clear();
+            chunk.extend(stored.by_ref().take(CHECKPOINT_CHUNK));
+            // The signatures are checked on every core; the answers are kept in stored order,
+            // so the findings do not depend on how many cores there are.
+            let opened: Vec<Result<PendingCheckpoint, Problem>> = chunk
+                .par_iter()
+                .map(|(_, note_bytes)| open_checkpoint(origin, verifier, note_bytes.as_ref()))
+                .collect();
+            for ((k, _), opened) in chunk.iter().zip(opened) {
+                let k = k.as_ref();
+                c.stored += 1;
+                let key_size = read_be(k).filter(|_| k.len() == 8);
+                match opened {
+                    Ok(cp) => {
+                        if key_size != Some(cp.size) {
+                            c.problems.push(Problem::global(
+                                ProblemCode::CheckpointBody,
+                                format!(
+                                    "checkpoint stored under key {} says size {}",
+                                    hex::encode(k),
+                                    cp.size
+                                ),
+                            ));
+                        }
+                        c.max_checkpoint = Some(c.max_checkpoint.unwrap_or(0).max(cp.size));
+                        pending.push(cp);
                     }
-                    c.max_checkpoint = Some(c.max_checkpoint.unwrap_or(0).max(cp.size));
-                    pending.push(cp);
+                    Err(p) => c.problems.push(p),
                 }
-                Err(p) => c.problems.push(p),
             }
         }
         pending.sort_by_key(|p| p.size);
         c.checkpoints = pending.into();
         c.check_due_checkpoints();
         c
-    }
-
-    fn parse_checkpoint(
-        &self,
-        verifier: &NoteVerifier,
-        note_bytes: &[u8],
-    ) -> Result<PendingCheckpoint, Problem> {
-        let (sig, body, origin) = (
-            ProblemCode::CheckpointSignature,
-            ProblemCode::CheckpointBody,
-            ProblemCode::CheckpointOrigin,
-        );
-        let opened = note::open(note_bytes, std::slice::from_ref(verifier)).map_err(|e| {
-            Problem::global(
-                sig,
-                format!(
-                    "checkpoint signature does not verify with {}: {e}",
-                    verifier.to_verifier_key()
-                ),
-            )
-        })?;
-        let cp = Checkpoint::parse(&opened.text)
-            .map_err(|e| Problem::global(body, format!("checkpoint body: {e}")))?;
-        if cp.origin != self.origin {
-            return Err(Problem::global(
-                origin,
-                format!(
-                    "checkpoint origin is {}, expected {}",
-                    crate::codec::quoted(&cp.origin),
-                    crate::codec::quoted(&self.origin)
-                ),
-            ));
-        }
-        Ok(PendingCheckpoint {
-            size: cp.size,
-            root: cp.root,
-        })
     }
 
     /// Compares every checkpoint whose size the frontier has reached.
@@ -532,6 +550,61 @@ mod tests {
         let l = leaf();
         assert!(Record::read(&l).is_ok());
         assert_eq!(Record::read(&l), Record::from_leaf(&l));
+    }
+
+    /// Checkpoints are opened a chunk at a time on every core: each one is checked whatever
+    /// chunk it falls in, and the problems come in stored order, so the report does not
+    /// depend on the number of cores.
+    #[test]
+    fn every_stored_checkpoint_is_opened_in_order_across_chunks() {
+        let origin = "example.com/log";
+        let signer = note::NoteSigner::from_seed(origin, &[7; 32]).unwrap();
+        let other = note::NoteSigner::from_seed(origin, &[8; 32]).unwrap();
+        let n = 2 * CHECKPOINT_CHUNK as u64 + 5;
+        // A bad signature in each chunk, and a foreign origin in the last one.
+        let forged = [3, CHECKPOINT_CHUNK as u64 + 1, n];
+        let foreign = n - 1;
+        let stored: Vec<(Vec<u8>, Vec<u8>)> = (1..=n)
+            .map(|size| {
+                let cp = Checkpoint {
+                    origin: if size == foreign {
+                        "example.com/other"
+                    } else {
+                        origin
+                    }
+                    .into(),
+                    size,
+                    root: [size as u8; 32],
+                };
+                let by = if forged.contains(&size) {
+                    &other
+                } else {
+                    &signer
+                };
+                let note = by.sign(&cp.body()).unwrap();
+                (be(size).to_vec(), note.into_bytes())
+            })
+            .collect();
+        let c = ChainCheck::new(origin, &signer.verifier(), &stored);
+        assert_eq!(c.stored_checkpoints(), n as usize);
+        let codes: Vec<ProblemCode> = c.problems.iter().map(|p| p.code).collect();
+        assert_eq!(
+            codes,
+            [
+                ProblemCode::CheckpointSignature,
+                ProblemCode::CheckpointSignature,
+                ProblemCode::CheckpointOrigin,
+                ProblemCode::CheckpointSignature,
+            ],
+            "{:?}",
+            c.problems
+        );
+        let kept: Vec<u64> = c.checkpoints.iter().map(|p| p.size).collect();
+        let expected: Vec<u64> = (1..=n)
+            .filter(|s| !forged.contains(s) && *s != foreign)
+            .collect();
+        assert_eq!(kept, expected);
+        assert_eq!(c.max_checkpoint, expected.last().copied());
     }
 
     proptest! {
