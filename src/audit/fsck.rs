@@ -309,25 +309,34 @@ const MERGED_IN_FLIGHT: usize = 4;
 /// # Errors
 /// A stored keyspace or a run cannot be read.
 fn compare_all(stored: &dyn Read, mut merged: Merged) -> Result<Vec<Problem>> {
-    type Item = std::result::Result<(Keyspace, Entry), StorageError>;
     std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Item>>(MERGED_IN_FLIGHT);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<MergedChunk>(MERGED_IN_FLIGHT);
         let merger = s.spawn(move || -> std::result::Result<(), StorageError> {
             let mut entries = merged.entries()?;
             loop {
-                let chunk: Vec<Item> = entries.by_ref().take(MERGED_CHUNK).collect();
-                if chunk.is_empty() {
+                let chunk = MergedChunk::fill(&mut entries);
+                // A failed entry ends the merge (it yields nothing after one); so does a
+                // chunk that is not full.
+                let last = chunk.failed.is_some() || chunk.ends.len() < MERGED_CHUNK;
+                if chunk.ends.is_empty() && chunk.failed.is_none() {
                     return Ok(());
                 }
-                // A failed entry ends the merge (it yields nothing after one).
-                let failed = chunk.last().is_some_and(std::result::Result::is_err);
-                if tx.send(chunk).is_err() || failed {
+                if tx.send(chunk).is_err() || last {
                     // The comparison stopped (on an error of its own, which it returns).
                     return Ok(());
                 }
             }
         });
-        let mut entries = rx.into_iter().flatten().peekable();
+        let mut current = MergedChunk::default();
+        let mut entries = std::iter::from_fn(|| {
+            loop {
+                if let Some(e) = current.next_entry() {
+                    return Some(e);
+                }
+                current = rx.recv().ok()?;
+            }
+        })
+        .peekable();
         let compared = (|| -> Result<Vec<Problem>> {
             let mut problems = Vec::new();
             for ks in Keyspace::DERIVED {
@@ -344,6 +353,69 @@ fn compare_all(stored: &dyn Read, mut merged: Merged) -> Result<Vec<Problem>> {
         merged?;
         Ok(problems)
     })
+}
+
+/// Merged entries as the merging thread hands them over: their bytes in one allocation, so
+/// the entries the merge allocated are freed on its own thread and the comparing thread
+/// frees one buffer per chunk (an allocator's frees from another thread cost more).
+#[derive(Default)]
+struct MergedChunk {
+    /// Each entry's key, then its value.
+    bytes: Vec<u8>,
+    /// Per entry: its keyspace, where its key ends and where its value ends in `bytes`.
+    ends: Vec<(Keyspace, usize, usize)>,
+    /// The entry handed over next.
+    next: usize,
+    /// The merge's failure, after the entries.
+    failed: Option<StorageError>,
+}
+
+impl MergedChunk {
+    /// The next [`MERGED_CHUNK`] entries of `entries`, or fewer and its failure.
+    fn fill<I>(entries: &mut I) -> MergedChunk
+    where
+        I: Iterator<Item = std::result::Result<(Keyspace, Entry), StorageError>>,
+    {
+        let mut c = MergedChunk {
+            bytes: Vec::with_capacity(64 << 10),
+            ends: Vec::with_capacity(MERGED_CHUNK),
+            ..MergedChunk::default()
+        };
+        for item in entries.take(MERGED_CHUNK) {
+            match item {
+                Ok((ks, (key, value))) => {
+                    c.bytes.extend_from_slice(&key);
+                    let key_end = c.bytes.len();
+                    c.bytes.extend_from_slice(&value);
+                    c.ends.push((ks, key_end, c.bytes.len()));
+                }
+                Err(e) => {
+                    c.failed = Some(e);
+                    break;
+                }
+            }
+        }
+        c
+    }
+
+    /// The next entry, then the failure, then nothing.
+    fn next_entry(&mut self) -> Option<std::result::Result<(Keyspace, Entry), StorageError>> {
+        let Some(&(ks, key_end, value_end)) = self.ends.get(self.next) else {
+            return self.failed.take().map(Err);
+        };
+        let start = match self.next {
+            0 => 0,
+            i => self.ends[i - 1].2,
+        };
+        self.next += 1;
+        Some(Ok((
+            ks,
+            (
+                self.bytes[start..key_end].to_vec(),
+                self.bytes[key_end..value_end].to_vec(),
+            ),
+        )))
+    }
 }
 
 /// [`compare_merged`] walks the merged entries once, keyspace by keyspace, so the derived
@@ -488,6 +560,22 @@ mod tests {
                 .contains(&hex::encode(changed.to_be_bytes())),
             "{found:?}"
         );
+    }
+
+    /// A block the merge cannot read past the first chunk handed over is an error too: the
+    /// failure travels after the entries before it.
+    #[test]
+    fn a_block_the_merge_fails_on_later_is_an_error_not_a_finding() {
+        let n = 4 * MERGED_CHUNK as u32;
+        let (engine, dir, runs) = stored_and_derived(n, None);
+        let file = dir.path().join("runs").join("run-0");
+        let mut bytes = std::fs::read(&file).unwrap();
+        let at = bytes.len() * 2 / 3;
+        bytes[at] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let snap = engine.snapshot().unwrap();
+        let outcome = compare_all(&*snap, runs.into_merged(Changes::new()).unwrap());
+        assert!(outcome.is_err(), "{outcome:?}");
     }
 
     /// A run the merge cannot start reading is an error, never a finding: the comparison on
