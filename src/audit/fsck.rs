@@ -328,7 +328,8 @@ fn compare_all(stored: &dyn Read, mut merged: Merged) -> Result<Vec<Problem>> {
             }
         });
         let mut current = MergedChunk::default();
-        let mut entries = std::iter::from_fn(|| {
+        // Owns the receiver: dropping the iterator stops a merger blocked on a full channel.
+        let mut entries = std::iter::from_fn(move || {
             loop {
                 if let Some(e) = current.next_entry() {
                     return Some(e);
@@ -575,6 +576,29 @@ mod tests {
         std::fs::write(&file, bytes).unwrap();
         let snap = engine.snapshot().unwrap();
         let outcome = compare_all(&*snap, runs.into_merged(Changes::new()).unwrap());
+        assert!(outcome.is_err(), "{outcome:?}");
+    }
+
+    /// A stored keyspace that cannot be read ends the comparison with its error while the
+    /// merging thread still has chunks to hand over: the merger is stopped, not waited for
+    /// forever on a full channel.
+    #[test]
+    fn a_stored_read_that_fails_stops_the_merge_and_is_an_error() {
+        use crate::storage::faulty::{FaultPlan, FaultyEngine};
+        let n = (MERGED_IN_FLIGHT as u32 + 4) * MERGED_CHUNK as u32;
+        let (engine, _dir, runs) = stored_and_derived(n, None);
+        let plan = FaultPlan::new();
+        let engine = FaultyEngine::new(engine, std::sync::Arc::clone(&plan));
+        plan.fail_read_in(1);
+        let merged = runs.into_merged(Changes::new()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let snap = engine.snapshot().unwrap();
+            let _ = tx.send(compare_all(&*snap, merged).map(|p| p.len()));
+        });
+        let outcome = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the comparison did not end: the merger was left blocked");
         assert!(outcome.is_err(), "{outcome:?}");
     }
 
