@@ -322,7 +322,8 @@ fn compare_all(stored: &dyn Read, mut merged: Merged) -> Result<Vec<Problem>> {
                     return Ok(());
                 }
                 if tx.send(chunk).is_err() || last {
-                    // The comparison stopped (on an error of its own, which it returns).
+                    // The comparison needs no more entries (it found a difference in the last
+                    // keyspace, or stopped on an error of its own, which it returns).
                     return Ok(());
                 }
             }

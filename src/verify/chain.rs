@@ -87,6 +87,31 @@ pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
 /// notes held: a ledger of many small batches has a checkpoint for each).
 const CHECKPOINT_CHUNK: usize = 1024;
 
+/// Bytes of stored notes held at once, whichever bound comes first: a checkpoint is a few
+/// hundred bytes, but a store the disk or an attacker changed may hold anything under its keys.
+const CHECKPOINT_CHUNK_BYTES: usize = 4 << 20;
+
+/// Clears `chunk` and fills it from `items` until it holds `count` items or at least `bytes`
+/// bytes of values (so at most `bytes` plus one value). Returns whether `items` may have more:
+/// false once it has answered `None`, which it is never asked again after.
+fn next_chunk<K, V: AsRef<[u8]>>(
+    items: &mut impl Iterator<Item = (K, V)>,
+    chunk: &mut Vec<(K, V)>,
+    count: usize,
+    bytes: usize,
+) -> bool {
+    chunk.clear();
+    let mut held = 0usize;
+    while chunk.len() < count && held < bytes {
+        let Some(item) = items.next() else {
+            return false;
+        };
+        held = held.saturating_add(item.1.as_ref().len());
+        chunk.push(item);
+    }
+    true
+}
+
 /// Opens one stored checkpoint of the log of `origin`: its signature by `verifier`, its body,
 /// its origin. Only its size and root are kept.
 fn open_checkpoint(
@@ -143,9 +168,10 @@ impl ChainCheck {
         )
     }
 
-    /// [`ChainCheck::new`] from the stored checkpoints as they are read: each note is opened
-    /// and only its size and root are kept (40 bytes, not the note), so a ledger of many
-    /// small batches does not hold every note in memory.
+    /// [`ChainCheck::new`] from the stored checkpoints as they are read: the notes are opened
+    /// a chunk at a time on every core (at most 1,024 notes or about 4 MiB of them held at
+    /// once) and only each one's size and root are kept (40 bytes, not the note), so a ledger
+    /// of many small batches does not hold every note in memory.
     pub fn from_stored<K: AsRef<[u8]> + Sync, V: AsRef<[u8]> + Sync>(
         origin: &str,
         verifier: &NoteVerifier,
@@ -166,11 +192,15 @@ impl ChainCheck {
             problems: Vec::new(),
         };
         let mut pending = Vec::new();
-        let mut stored = stored_checkpoints.into_iter().peekable();
+        let mut stored = stored_checkpoints.into_iter();
         let mut chunk = Vec::with_capacity(CHECKPOINT_CHUNK);
-        while stored.peek().is_some() {
-            chunk.clear();
-            chunk.extend(stored.by_ref().take(CHECKPOINT_CHUNK));
+        loop {
+            let more = next_chunk(
+                &mut stored,
+                &mut chunk,
+                CHECKPOINT_CHUNK,
+                CHECKPOINT_CHUNK_BYTES,
+            );
             // The signatures are checked on every core; the answers are kept in stored order,
             // so the findings do not depend on how many cores there are.
             let opened: Vec<Result<PendingCheckpoint, Problem>> = chunk
@@ -198,6 +228,9 @@ impl ChainCheck {
                     }
                     Err(p) => c.problems.push(p),
                 }
+            }
+            if !more {
+                break;
             }
         }
         pending.sort_by_key(|p| p.size);
@@ -550,6 +583,44 @@ mod tests {
         let l = leaf();
         assert!(Record::read(&l).is_ok());
         assert_eq!(Record::read(&l), Record::from_leaf(&l));
+    }
+
+    /// A chunk ends at its count or once its values pass the byte bound, whichever comes
+    /// first, and the source is not asked again after it answered `None`.
+    #[test]
+    fn a_chunk_of_notes_is_bounded_by_count_and_bytes() {
+        let items = |sizes: &[usize]| -> Vec<(usize, Vec<u8>)> {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (i, vec![0; n]))
+                .collect()
+        };
+        let lens = |c: &Vec<(usize, Vec<u8>)>| c.iter().map(|(i, _)| *i).collect::<Vec<_>>();
+        let mut chunk = Vec::new();
+        // By count.
+        let mut it = items(&[1, 1, 1, 1, 1]).into_iter();
+        assert!(next_chunk(&mut it, &mut chunk, 2, 100));
+        assert_eq!(lens(&chunk), [0, 1]);
+        // By bytes: the value that passes the bound is the chunk's last.
+        let mut it = items(&[40, 40, 40, 40]).into_iter();
+        assert!(next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(lens(&chunk), [0, 1, 2]);
+        assert!(!next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(lens(&chunk), [3]);
+        // One value larger than the bound is a chunk of its own.
+        let mut it = items(&[1000, 1]).into_iter();
+        assert!(next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(lens(&chunk), [0]);
+        // A source that would go on after `None` is not asked again.
+        let calls = std::cell::Cell::new(0);
+        let mut it = std::iter::from_fn(|| {
+            calls.set(calls.get() + 1);
+            (calls.get() != 2).then(|| (calls.get(), vec![1u8]))
+        });
+        assert!(!next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(chunk.len(), 1);
+        assert_eq!(calls.get(), 2);
     }
 
     /// Checkpoints are opened a chunk at a time on every core: each one is checked whatever
