@@ -336,11 +336,10 @@ impl Sortable {
         let mut b = [0u8; 16];
         let n = key.len().min(16);
         b[..n].copy_from_slice(&key[..n]);
-        let (high, low) = b.split_at(8);
-        let word = |w: &[u8]| u64::from_be_bytes(w.try_into().unwrap_or_default());
+        let prefix = u128::from_be_bytes(b);
         Sortable {
-            high: word(high),
-            low: word(low),
+            high: (prefix >> 64) as u64,
+            low: prefix as u64,
             index,
         }
     }
