@@ -91,7 +91,8 @@ const LOOKED_UP: [Keyspace; 7] = [
 /// second derives the indexes from the checked records into sorted runs ([`super::runs`]:
 /// what one `View` stages, written out past a bound; no database). At the end a thread merges
 /// the runs while this one reads the stored keyspaces and compares them entry by entry. The
-/// stored checkpoints are opened first, a chunk at a time on every core. The report is
+/// stored checkpoints are opened as the records reach them, a chunk at a time on every core,
+/// so only those ahead of the records are held ([`ChainCheck::add_checkpoints`]). The report is
 /// exactly the one of [`super::reference::verify`], which derives into a scratch database one
 /// step after the other.
 ///
@@ -136,19 +137,11 @@ pub fn verify_bounded(
     bounds: Bounds,
 ) -> Result<VerifyReport> {
     let snap = ledger.engine().snapshot()?;
-    // The checkpoints are opened as they are read, a chunk at a time on every core; only
-    // their sizes and roots are kept.
-    let mut failed = None;
-    let mut check = ChainCheck::from_stored(
-        ledger.origin(),
-        &ledger.verifier(),
-        snap.scan(Keyspace::Checkpoints, &[])
-            .map_while(|e| e.map_err(|e| failed = Some(e)).ok()),
-    );
-    if let Some(e) = failed {
-        return Err(e.into());
-    }
-    let checkpoints = check.stored_checkpoints();
+    // The checkpoints are opened as the records reach them, a chunk at a time on every core;
+    // only the sizes and roots of those ahead of the records are kept.
+    let mut check = ChainCheck::streaming(ledger.origin(), &ledger.verifier());
+    let mut stored_checkpoints = snap.scan(Keyspace::Checkpoints, &[]);
+    check.add_checkpoints(&mut stored_checkpoints, Some(0))?;
     let total = index::record_count(&*snap).unwrap_or(0);
     let folder = |name: &str| ledger.dir().map(|d| d.join(name));
     check.spill_to(
@@ -189,6 +182,8 @@ pub fn verify_bounded(
                 if chunk.is_empty() {
                     return Ok(());
                 }
+                let through = check.size().saturating_add(chunk.len() as u64);
+                check.add_checkpoints(&mut stored_checkpoints, Some(through))?;
                 let checked = check.feed(&chunk);
                 progress(check.size(), total);
                 if tx.send(checked).is_err() {
@@ -207,6 +202,10 @@ pub fn verify_bounded(
     if let Some(e) = check.spill_failure() {
         return Err(Error::storage("verify", e));
     }
+    check.add_checkpoints(&mut stored_checkpoints, None)?;
+    drop(stored_checkpoints);
+    check.check_late(index::records(&*snap).map(|r| r.map(|(_, leaf)| leaf)))?;
+    let checkpoints = check.stored_checkpoints();
     let n = check.size();
     let mut problems = check.finish();
     if let Some(t) = trusted {

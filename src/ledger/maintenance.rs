@@ -35,8 +35,10 @@ impl Ledger {
         }
         {
             let snap = self.engine.snapshot()?;
-            let checkpoints = index::checkpoints(&*snap)?;
-            let mut check = ChainCheck::new(&self.id.origin, &self.verifier(), &checkpoints);
+            // The checkpoints are opened as the records reach them (bounded memory).
+            let mut check = ChainCheck::streaming(&self.id.origin, &self.verifier());
+            let mut stored_checkpoints = snap.scan(Keyspace::Checkpoints, &[]);
+            check.add_checkpoints(&mut stored_checkpoints, Some(0))?;
             let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
             let mut iter = index::records(&*snap);
             loop {
@@ -47,8 +49,13 @@ impl Ledger {
                 if chunk.is_empty() {
                     break;
                 }
+                let through = check.size().saturating_add(chunk.len() as u64);
+                check.add_checkpoints(&mut stored_checkpoints, Some(through))?;
                 check.feed(&chunk);
             }
+            check.add_checkpoints(&mut stored_checkpoints, None)?;
+            drop(stored_checkpoints);
+            check.check_late(index::records(&*snap).map(|r| r.map(|(_, leaf)| leaf)))?;
             if let Some(p) = check.finish().into_iter().next() {
                 let at = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
                 return Err(Error::corrupt(format!(

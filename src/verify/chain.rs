@@ -17,6 +17,10 @@ struct PendingCheckpoint {
     root: Hash,
 }
 
+/// A checkpoint waiting for the records to reach its size: size, then its place among the
+/// stored checkpoints (so checkpoints of one size are compared in stored order), then root.
+type Waiting = std::cmp::Reverse<(u64, usize, Hash)>;
+
 /// Streaming check of the whole log: feed the records column family in key order, then
 /// [`ChainCheck::finish`]. Leaf hashing and parsing run in parallel across cores. The log's
 /// `origin` and the `verifier` of its checkpoints come from the ledger's own configuration.
@@ -31,13 +35,28 @@ pub struct ChainCheck {
     /// Where the threads' heads go past a bound ([`ChainCheck::spill_threads_to`]).
     thread_spill: Option<ThreadSpill>,
     frontier: Frontier,
-    /// Checkpoints not reached yet, in size order (the next one first).
-    checkpoints: std::collections::VecDeque<PendingCheckpoint>,
+    /// Whose signature the stored checkpoints must carry.
+    verifier: NoteVerifier,
+    /// Checkpoints opened and not reached yet, the smallest size first.
+    checkpoints: std::collections::BinaryHeap<Waiting>,
+    /// Checkpoints opened after the records had passed their size (only a store whose
+    /// checkpoints are not under their own sizes has any): compared by
+    /// [`ChainCheck::check_late`] with roots from a second read of the records.
+    late: Vec<(u64, usize, Hash)>,
+    /// The greatest well-formed key of the stored checkpoints opened so far.
+    opened_through: Option<u64>,
+    /// Whether every stored checkpoint has been given ([`ChainCheck::add_checkpoints`]).
+    checkpoints_ended: bool,
+    /// Stored checkpoints opened at once ([`CHECKPOINT_CHUNK`]; the tests make it small).
+    checkpoint_chunk: usize,
     /// Stored checkpoints read (whether or not they parsed).
     stored: usize,
     max_checkpoint: Option<u64>,
     rules: RuleReplay,
     problems: Vec<Problem>,
+    /// Problems of checkpoints of size 0 (the empty tree's root is known before any record):
+    /// reported first among the problems at seq 0, however late their checkpoint was opened.
+    before_records: Vec<Problem>,
 }
 
 impl std::fmt::Debug for ChainCheck {
@@ -93,23 +112,49 @@ const CHECKPOINT_CHUNK_BYTES: usize = 4 << 20;
 
 /// Clears `chunk` and fills it from `items` until it holds `count` items or at least `bytes`
 /// bytes of values (so at most `bytes` plus one value). Returns whether `items` may have more:
-/// false once it has answered `None`, which it is never asked again after.
-fn next_chunk<K, V: AsRef<[u8]>>(
-    items: &mut impl Iterator<Item = (K, V)>,
+/// false once it has answered `None`, which it is never asked again after. A failed item is
+/// the answer, whatever the chunk holds.
+fn next_chunk<K, V: AsRef<[u8]>, E>(
+    items: &mut impl Iterator<Item = Result<(K, V), E>>,
     chunk: &mut Vec<(K, V)>,
     count: usize,
     bytes: usize,
-) -> bool {
+) -> Result<bool, E> {
     chunk.clear();
     let mut held = 0usize;
     while chunk.len() < count && held < bytes {
         let Some(item) = items.next() else {
-            return false;
+            return Ok(false);
         };
+        let item = item?;
         held = held.saturating_add(item.1.as_ref().len());
         chunk.push(item);
     }
-    true
+    Ok(true)
+}
+
+/// The roots of the tree over `leaf_hashes` (a log's leaf hashes in order) at each of
+/// `sizes` (ascending) that the leaves reach: what [`ChainCheck::check_late`] compares the
+/// late checkpoints with, from a second read of the same records.
+fn roots_at(sizes: &[u64], leaf_hashes: impl IntoIterator<Item = Hash>) -> Vec<(u64, Hash)> {
+    let mut out = Vec::with_capacity(sizes.len());
+    let mut wanted = sizes.iter().copied().peekable();
+    let mut frontier = Frontier::new();
+    let mut leaves = leaf_hashes.into_iter();
+    loop {
+        while let Some(s) = wanted.next_if(|s| *s <= frontier.size()) {
+            if s == frontier.size() {
+                out.push((s, frontier.root()));
+            }
+        }
+        if wanted.peek().is_none() {
+            return out;
+        }
+        let Some(h) = leaves.next() else {
+            return out;
+        };
+        frontier.push(&h);
+    }
 }
 
 /// Opens one stored checkpoint of the log of `origin`: its signature by `verifier`, its body,
@@ -153,31 +198,29 @@ fn open_checkpoint(
 
 impl ChainCheck {
     /// Starts a check of the log of `origin`, whose stored checkpoints (column family key, note
-    /// bytes) must be signed by `verifier`.
+    /// bytes), all given here, must be signed by `verifier`.
     pub fn new(
         origin: &str,
         verifier: &NoteVerifier,
         stored_checkpoints: &[(Vec<u8>, Vec<u8>)],
     ) -> ChainCheck {
-        ChainCheck::from_stored(
-            origin,
-            verifier,
-            stored_checkpoints
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice())),
-        )
+        let mut c = ChainCheck::streaming(origin, verifier);
+        let mut all = stored_checkpoints
+            .iter()
+            .map(|(k, v)| Ok::<_, std::convert::Infallible>((k.as_slice(), v.as_slice())));
+        match c.add_checkpoints(&mut all, None) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+        c
     }
 
-    /// [`ChainCheck::new`] from the stored checkpoints as they are read: the notes are opened
-    /// a chunk at a time on every core (at most 1,024 notes or about 4 MiB of them held at
-    /// once) and only each one's size and root are kept (40 bytes, not the note), so a ledger
-    /// of many small batches does not hold every note in memory.
-    pub fn from_stored<K: AsRef<[u8]> + Sync, V: AsRef<[u8]> + Sync>(
-        origin: &str,
-        verifier: &NoteVerifier,
-        stored_checkpoints: impl IntoIterator<Item = (K, V)>,
-    ) -> ChainCheck {
-        let mut c = ChainCheck {
+    /// Starts a check of the log of `origin` whose stored checkpoints, signed by `verifier`,
+    /// are given as the records are fed ([`ChainCheck::add_checkpoints`]), so only those
+    /// ahead of the records are held: a ledger of many small batches has a checkpoint for
+    /// each, and its check stays within bounded memory.
+    pub fn streaming(origin: &str, verifier: &NoteVerifier) -> ChainCheck {
+        ChainCheck {
             origin: origin.to_string(),
             next: 0,
             last_hash: None,
@@ -185,85 +228,202 @@ impl ChainCheck {
             threads: Map::default(),
             thread_spill: None,
             frontier: Frontier::new(),
-            checkpoints: std::collections::VecDeque::new(),
+            verifier: verifier.clone(),
+            checkpoints: std::collections::BinaryHeap::new(),
+            late: Vec::new(),
+            opened_through: None,
+            checkpoints_ended: false,
+            checkpoint_chunk: CHECKPOINT_CHUNK,
             stored: 0,
             max_checkpoint: None,
             rules: RuleReplay::new(),
             problems: Vec::new(),
-        };
-        let mut pending = Vec::new();
-        let mut stored = stored_checkpoints.into_iter();
-        let mut chunk = Vec::with_capacity(CHECKPOINT_CHUNK);
-        loop {
+            before_records: Vec::new(),
+        }
+    }
+
+    /// Opens stored checkpoints from `stored` (column family key and note, in stored order,
+    /// continuing where the last call stopped) until every one the records up to seq
+    /// `through` (exclusive) may need has been opened, or, without `through`, every one. The
+    /// notes are opened a chunk at a time on every core (at most 1,024 notes or about 4 MiB
+    /// of them held at once); of each, only its size and root are kept (not the note), and
+    /// only until the records reach its size. A checkpoint is under its own size in a store
+    /// the ledger wrote, so opening stops once one past `through` is open; a checkpoint whose
+    /// size the records have already passed is compared later ([`ChainCheck::check_late`]).
+    ///
+    /// # Errors
+    /// The first failed item of `stored`; the checkpoints before it in its chunk are not
+    /// opened (the caller fails the whole check).
+    pub fn add_checkpoints<K: AsRef<[u8]> + Sync, V: AsRef<[u8]> + Sync, E>(
+        &mut self,
+        stored: &mut impl Iterator<Item = Result<(K, V), E>>,
+        through: Option<u64>,
+    ) -> Result<(), E> {
+        let mut chunk = Vec::new();
+        while self.wants_checkpoints(through) {
             let more = next_chunk(
-                &mut stored,
+                stored,
                 &mut chunk,
-                CHECKPOINT_CHUNK,
+                self.checkpoint_chunk,
                 CHECKPOINT_CHUNK_BYTES,
-            );
-            // The signatures are checked on every core; the answers are kept in stored order,
-            // so the findings do not depend on how many cores there are.
-            let opened: Vec<Result<PendingCheckpoint, Problem>> = chunk
-                .par_iter()
-                .map(|(_, note_bytes)| open_checkpoint(origin, verifier, note_bytes.as_ref()))
-                .collect();
-            for ((k, _), opened) in chunk.iter().zip(opened) {
-                let k = k.as_ref();
-                c.stored += 1;
-                let key_size = read_be(k).filter(|_| k.len() == 8);
-                match opened {
-                    Ok(cp) => {
-                        if key_size != Some(cp.size) {
-                            c.problems.push(Problem::global(
-                                ProblemCode::CheckpointBody,
-                                format!(
-                                    "checkpoint stored under key {} says size {}",
-                                    hex::encode(k),
-                                    cp.size
-                                ),
-                            ));
-                        }
-                        c.max_checkpoint = Some(c.max_checkpoint.unwrap_or(0).max(cp.size));
-                        pending.push(cp);
-                    }
-                    Err(p) => c.problems.push(p),
-                }
-            }
+            )?;
+            self.open_chunk(&chunk);
             if !more {
-                break;
+                self.checkpoints_ended = true;
             }
         }
-        pending.sort_by_key(|p| p.size);
-        c.checkpoints = pending.into();
-        c.check_due_checkpoints();
-        c
+        Ok(())
+    }
+
+    /// Whether stored checkpoints not opened yet may be needed before the records up to
+    /// `through` (exclusive; `None`: the end) are fed.
+    fn wants_checkpoints(&self, through: Option<u64>) -> bool {
+        !self.checkpoints_ended
+            && match (through, self.opened_through) {
+                (None, _) | (_, None) => true,
+                (Some(t), Some(k)) => k <= t,
+            }
+    }
+
+    /// Opens a chunk of stored checkpoints on every core; the answers are taken in stored
+    /// order, so the findings do not depend on how many cores there are.
+    fn open_chunk<K: AsRef<[u8]> + Sync, V: AsRef<[u8]> + Sync>(&mut self, chunk: &[(K, V)]) {
+        let (origin, verifier) = (&self.origin, &self.verifier);
+        let opened: Vec<Result<PendingCheckpoint, Problem>> = chunk
+            .par_iter()
+            .map(|(_, note_bytes)| open_checkpoint(origin, verifier, note_bytes.as_ref()))
+            .collect();
+        for ((k, _), opened) in chunk.iter().zip(opened) {
+            let k = k.as_ref();
+            let order = self.stored;
+            self.stored += 1;
+            let key_size = read_be(k).filter(|_| k.len() == 8);
+            if let Some(ks) = key_size {
+                self.opened_through = Some(self.opened_through.map_or(ks, |t| t.max(ks)));
+            }
+            let cp = match opened {
+                Ok(cp) => cp,
+                Err(p) => {
+                    self.problems.push(p);
+                    continue;
+                }
+            };
+            if key_size != Some(cp.size) {
+                self.problems.push(Problem::global(
+                    ProblemCode::CheckpointBody,
+                    format!(
+                        "checkpoint stored under key {} says size {}",
+                        hex::encode(k),
+                        cp.size
+                    ),
+                ));
+            }
+            self.max_checkpoint = Some(self.max_checkpoint.unwrap_or(0).max(cp.size));
+            if cp.size < self.frontier.size() {
+                self.late.push((cp.size, order, cp.root));
+            } else {
+                self.checkpoints
+                    .push(std::cmp::Reverse((cp.size, order, cp.root)));
+            }
+        }
+        self.check_due_checkpoints();
+    }
+
+    /// The sizes of the checkpoints opened after the records had passed them, ascending and
+    /// each once.
+    fn late_sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> = self.late.iter().map(|(s, _, _)| *s).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+
+    /// Compares the checkpoints opened after the records had passed their sizes (only a
+    /// store whose checkpoints are not under their own sizes has any), each as it would have
+    /// been compared had it been opened in time, with the roots of a second read of the same
+    /// records: `leaves`, in order, which is read only when there are such checkpoints. A size
+    /// the second read does not reach is reported as beyond the records. Call it once every
+    /// record has been fed and every checkpoint added, before [`ChainCheck::finish`].
+    ///
+    /// # Errors
+    /// The first failed item of `leaves`.
+    pub fn check_late<E>(
+        &mut self,
+        leaves: impl IntoIterator<Item = Result<Vec<u8>, E>>,
+    ) -> Result<(), E> {
+        let sizes = self.late_sizes();
+        if sizes.is_empty() {
+            return Ok(());
+        }
+        let mut failed = None;
+        let hashes = leaves
+            .into_iter()
+            .map_while(|r| r.map_err(|e| failed = Some(e)).ok())
+            .map(|leaf| merkle::leaf_hash(&leaf));
+        let roots = roots_at(&sizes, hashes);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mut late = std::mem::take(&mut self.late);
+        late.sort_unstable_by_key(|(size, order, _)| (*size, *order));
+        for (size, _, root) in late {
+            match roots.binary_search_by_key(&size, |(s, _)| *s) {
+                Ok(i) => self.compare_checkpoint(size, &roots[i].1, &root),
+                Err(_) => self.beyond_records(size),
+            }
+        }
+        Ok(())
     }
 
     /// Compares every checkpoint whose size the frontier has reached.
     fn check_due_checkpoints(&mut self) {
         let size = self.frontier.size();
-        while let Some(cp) = self.checkpoints.front() {
-            if cp.size > size {
-                break;
-            }
-            let Some(cp) = self.checkpoints.pop_front() else {
+        while self
+            .checkpoints
+            .peek()
+            .is_some_and(|std::cmp::Reverse((s, _, _))| *s <= size)
+        {
+            let Some(std::cmp::Reverse((s, _, stored_root))) = self.checkpoints.pop() else {
                 break;
             };
             let root = self.frontier.root();
-            if !merkle::hashes_equal(&root, &cp.root) {
-                let (code, what) = (ProblemCode::CheckpointRoot, "the stored checkpoint");
-                self.problems.push(Problem::at(
-                    code,
-                    cp.size.saturating_sub(1),
-                    format!(
-                        "the tree of the first {} records has root {}, {what} says {}",
-                        cp.size,
-                        hex_hash(&root),
-                        hex_hash(&cp.root)
-                    ),
-                ));
-            }
+            self.compare_checkpoint(s, &root, &stored_root);
         }
+    }
+
+    /// The tree of the first `size` records has `root`; a stored checkpoint says `stored`.
+    fn compare_checkpoint(&mut self, size: u64, root: &Hash, stored: &Hash) {
+        if !merkle::hashes_equal(root, stored) {
+            let (code, what) = (ProblemCode::CheckpointRoot, "the stored checkpoint");
+            let problems = if size == 0 {
+                &mut self.before_records
+            } else {
+                &mut self.problems
+            };
+            problems.push(Problem::at(
+                code,
+                size.saturating_sub(1),
+                format!(
+                    "the tree of the first {size} records has root {}, {what} says {}",
+                    hex_hash(root),
+                    hex_hash(stored)
+                ),
+            ));
+        }
+    }
+
+    /// A stored checkpoint of `size` records, beyond the records checked.
+    fn beyond_records(&mut self, size: u64) {
+        let n = self.next;
+        let (code, what) = (
+            ProblemCode::CheckpointSize,
+            "the stored checkpoint (truncation)",
+        );
+        self.problems.push(Problem::at(
+            code,
+            n,
+            format!("the log holds {n} records but {what} covers {size}"),
+        ));
     }
 
     /// Checks a chunk of consecutive entries of the records column family (key, leaf) and
@@ -526,16 +686,9 @@ impl ChainCheck {
     /// Ends the check: checkpoints beyond the records, records beyond the latest checkpoint.
     pub fn finish(mut self) -> Vec<Problem> {
         let n = self.next;
-        for cp in std::mem::take(&mut self.checkpoints) {
-            let (code, what) = (
-                ProblemCode::CheckpointSize,
-                "the stored checkpoint (truncation)",
-            );
-            self.problems.push(Problem::at(
-                code,
-                n,
-                format!("the log holds {n} records but {what} covers {}", cp.size),
-            ));
+        let mut beyond = std::mem::take(&mut self.checkpoints);
+        while let Some(std::cmp::Reverse((size, _, _))) = beyond.pop() {
+            self.beyond_records(size);
         }
         match self.max_checkpoint {
             Some(m) if m < n => self.problems.push(Problem::at(
@@ -549,8 +702,10 @@ impl ChainCheck {
             None => self.problems.push(Problem::global(ProblemCode::CheckpointMissing, "no checkpoint is stored")),
             _ => {}
         }
-        sort_problems(&mut self.problems);
-        self.problems
+        let mut problems = std::mem::take(&mut self.before_records);
+        problems.append(&mut self.problems);
+        sort_problems(&mut problems);
+        problems
     }
 }
 
@@ -589,36 +744,36 @@ mod tests {
     /// first, and the source is not asked again after it answered `None`.
     #[test]
     fn a_chunk_of_notes_is_bounded_by_count_and_bytes() {
-        let items = |sizes: &[usize]| -> Vec<(usize, Vec<u8>)> {
+        let items = |sizes: &[usize]| -> Vec<Result<(usize, Vec<u8>), ()>> {
             sizes
                 .iter()
                 .enumerate()
-                .map(|(i, &n)| (i, vec![0; n]))
+                .map(|(i, &n)| Ok((i, vec![0; n])))
                 .collect()
         };
         let lens = |c: &Vec<(usize, Vec<u8>)>| c.iter().map(|(i, _)| *i).collect::<Vec<_>>();
         let mut chunk = Vec::new();
         // By count.
         let mut it = items(&[1, 1, 1, 1, 1]).into_iter();
-        assert!(next_chunk(&mut it, &mut chunk, 2, 100));
+        assert_eq!(next_chunk(&mut it, &mut chunk, 2, 100), Ok(true));
         assert_eq!(lens(&chunk), [0, 1]);
         // By bytes: the value that passes the bound is the chunk's last.
         let mut it = items(&[40, 40, 40, 40]).into_iter();
-        assert!(next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(next_chunk(&mut it, &mut chunk, 10, 100), Ok(true));
         assert_eq!(lens(&chunk), [0, 1, 2]);
-        assert!(!next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(next_chunk(&mut it, &mut chunk, 10, 100), Ok(false));
         assert_eq!(lens(&chunk), [3]);
         // One value larger than the bound is a chunk of its own.
         let mut it = items(&[1000, 1]).into_iter();
-        assert!(next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(next_chunk(&mut it, &mut chunk, 10, 100), Ok(true));
         assert_eq!(lens(&chunk), [0]);
         // A source that would go on after `None` is not asked again.
         let calls = std::cell::Cell::new(0);
         let mut it = std::iter::from_fn(|| {
             calls.set(calls.get() + 1);
-            (calls.get() != 2).then(|| (calls.get(), vec![1u8]))
+            (calls.get() != 2).then(|| Ok::<_, ()>((calls.get(), vec![1u8])))
         });
-        assert!(!next_chunk(&mut it, &mut chunk, 10, 100));
+        assert_eq!(next_chunk(&mut it, &mut chunk, 10, 100), Ok(false));
         assert_eq!(chunk.len(), 1);
         assert_eq!(calls.get(), 2);
     }
@@ -670,12 +825,166 @@ mod tests {
             "{:?}",
             c.problems
         );
-        let kept: Vec<u64> = c.checkpoints.iter().map(|p| p.size).collect();
+        let mut kept: Vec<u64> = c.checkpoints.iter().map(|w| w.0.0).collect();
+        kept.sort_unstable();
         let expected: Vec<u64> = (1..=n)
             .filter(|s| !forged.contains(s) && *s != foreign)
             .collect();
         assert_eq!(kept, expected);
         assert_eq!(c.max_checkpoint, expected.last().copied());
+    }
+
+    /// Stored checkpoints of a log of `n` leaves: for each of `sizes`, its note (signed by
+    /// `signer` unless `forged`, with the tree's root unless `wrong`) under the key of
+    /// `keys[i]` (its own size when honest), sorted by key as a store reads them.
+    fn stored_notes(
+        signer: &note::NoteSigner,
+        other: &note::NoteSigner,
+        hashes: &[Hash],
+        notes: &[(u64, Vec<u8>, bool, bool)],
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut stored: Vec<(Vec<u8>, Vec<u8>)> = notes
+            .iter()
+            .map(|(size, key, wrong, forged)| {
+                let mut f = Frontier::new();
+                for h in hashes.iter().take(*size as usize) {
+                    f.push(h);
+                }
+                let mut root = f.root();
+                if *wrong {
+                    root[0] ^= 1;
+                }
+                let cp = Checkpoint {
+                    origin: "example.com/log".into(),
+                    size: *size,
+                    root,
+                };
+                let by = if *forged { other } else { signer };
+                (key.clone(), by.sign(&cp.body()).unwrap().into_bytes())
+            })
+            .collect();
+        stored.sort();
+        stored
+    }
+
+    fn test_leaves(n: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..n)
+            .map(|i| (be(i).to_vec(), format!("leaf {i}").into_bytes()))
+            .collect()
+    }
+
+    /// The check with every stored checkpoint given first ([`ChainCheck::new`]).
+    fn eager(
+        signer: &note::NoteSigner,
+        stored: &[(Vec<u8>, Vec<u8>)],
+        leaves: &[(Vec<u8>, Vec<u8>)],
+    ) -> Vec<Problem> {
+        let mut c = ChainCheck::new("example.com/log", &signer.verifier(), stored);
+        for chunk in leaves.chunks(7) {
+            c.feed(chunk);
+        }
+        c.finish()
+    }
+
+    /// The check with the checkpoints given as the records reach them, `per` opened at once,
+    /// the records fed `feed` at a time; `held` sees how many wait after each feed.
+    fn streamed(
+        signer: &note::NoteSigner,
+        stored: &[(Vec<u8>, Vec<u8>)],
+        leaves: &[(Vec<u8>, Vec<u8>)],
+        per: usize,
+        feed: usize,
+        held: &mut dyn FnMut(usize),
+    ) -> Vec<Problem> {
+        let mut c = ChainCheck::streaming("example.com/log", &signer.verifier());
+        c.checkpoint_chunk = per;
+        let mut source = stored.iter().map(|(k, v)| Ok::<_, ()>((k, v)));
+        c.add_checkpoints(&mut source, Some(0)).unwrap();
+        for chunk in leaves.chunks(feed) {
+            let through = c.size() + chunk.len() as u64;
+            c.add_checkpoints(&mut source, Some(through)).unwrap();
+            c.feed(chunk);
+            held(c.checkpoints.len());
+        }
+        c.add_checkpoints(&mut source, None).unwrap();
+        c.check_late(leaves.iter().map(|(_, l)| Ok::<_, ()>(l.clone())))
+            .unwrap();
+        c.finish()
+    }
+
+    /// A store the ledger wrote (every checkpoint under its own size, one per record): the
+    /// streaming check holds only the checkpoints a chunk ahead of the records, not all.
+    #[test]
+    fn streamed_checkpoints_are_held_only_ahead_of_the_records() {
+        let signer = note::NoteSigner::from_seed("example.com/log", &[7; 32]).unwrap();
+        let n = 600u64;
+        let leaves = test_leaves(n);
+        let hashes: Vec<Hash> = leaves.iter().map(|(_, l)| merkle::leaf_hash(l)).collect();
+        let notes: Vec<(u64, Vec<u8>, bool, bool)> = (1..=n)
+            .map(|s| (s, be(s).to_vec(), s % 97 == 0, false))
+            .collect();
+        let stored = stored_notes(&signer, &signer, &hashes, &notes);
+        let mut most = 0;
+        let problems = streamed(&signer, &stored, &leaves, 16, 10, &mut |h| {
+            most = most.max(h)
+        });
+        assert!(most <= 16 + 10, "{most} checkpoints held at once");
+        assert_eq!(problems, eager(&signer, &stored, &leaves));
+        let roots: Vec<Option<u64>> = problems
+            .iter()
+            .filter(|p| p.code == ProblemCode::CheckpointRoot)
+            .map(|p| p.seq)
+            .collect();
+        assert_eq!(
+            roots,
+            [
+                Some(96),
+                Some(193),
+                Some(290),
+                Some(387),
+                Some(484),
+                Some(581)
+            ]
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Checkpoints given as the records reach them find exactly what checkpoints given
+        /// first find, whatever the store holds: checkpoints under other sizes' keys (some
+        /// opened after the records passed them), malformed keys, wrong roots, forged
+        /// signatures, sizes beyond the records, and however the chunks fall.
+        #[test]
+        fn streamed_checkpoints_find_what_eager_ones_do(
+            n in 0u64..120,
+            notes in prop::collection::vec(
+                (0u64..130, prop::option::of(0u64..130), any::<bool>(), 0u8..8, 0u8..16),
+                0..40,
+            ),
+            per in 1usize..9,
+            feed in 1usize..20,
+        ) {
+            let signer = note::NoteSigner::from_seed("example.com/log", &[7; 32]).unwrap();
+            let other = note::NoteSigner::from_seed("example.com/log", &[8; 32]).unwrap();
+            let leaves = test_leaves(n);
+            let hashes: Vec<Hash> = leaves.iter().map(|(_, l)| merkle::leaf_hash(l)).collect();
+            let mut seen = std::collections::HashSet::new();
+            let notes: Vec<(u64, Vec<u8>, bool, bool)> = notes
+                .into_iter()
+                .map(|(size, key, wrong, forged, short)| {
+                    let mut k = be(key.unwrap_or(size)).to_vec();
+                    if short == 0 {
+                        k.pop();
+                    }
+                    (size, k, wrong, forged == 0)
+                })
+                .filter(|(_, k, _, _)| seen.insert(k.clone()))
+                .collect();
+            let stored = stored_notes(&signer, &other, &hashes, &notes);
+            let streamed = streamed(&signer, &stored, &leaves, per, feed, &mut |_| {});
+            prop_assert_eq!(streamed, eager(&signer, &stored, &leaves));
+        }
     }
 
     proptest! {
