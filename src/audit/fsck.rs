@@ -37,6 +37,8 @@ pub struct Bounds {
     pub derived_bytes: usize,
     /// Records derived per batch (the `View` the derivation stages in).
     pub derive_batch: usize,
+    /// Stored checkpoints opened at once, on every core, as the records reach them.
+    pub checkpoints: usize,
 }
 
 impl Bounds {
@@ -52,11 +54,14 @@ impl Bounds {
         derived_entries: 1 << 18,
         derived_bytes: 64 << 20,
         derive_batch: 4096,
+        checkpoints: crate::verify::chain::CHECKPOINT_CHUNK,
     };
 
     /// Every bound at almost nothing: the replay spills past `at` entries, both stores write
-    /// a run after every batch, and a batch is `16 × at` records. What the tests run to reach
-    /// every run, merge and lookup path on small ledgers.
+    /// a run after every batch, a batch is `16 × at` records, and `at` stored checkpoints are
+    /// opened at once (so one stored under a later size's key is opened after the records
+    /// passed it). What the tests run to reach every run, merge, lookup and checkpoint path
+    /// on small ledgers.
     pub fn tiny(at: usize) -> Bounds {
         Bounds {
             replay_entries: at,
@@ -65,6 +70,7 @@ impl Bounds {
             derived_entries: 0,
             derived_bytes: 0,
             derive_batch: 16 * at.max(1),
+            checkpoints: at,
         }
     }
 }
@@ -140,6 +146,7 @@ pub fn verify_bounded(
     // The checkpoints are opened as the records reach them, a chunk at a time on every core;
     // only the sizes and roots of those ahead of the records are kept.
     let mut check = ChainCheck::streaming(ledger.origin(), &ledger.verifier());
+    check.open_at_once(bounds.checkpoints);
     let mut stored_checkpoints = snap.scan(Keyspace::Checkpoints, &[]);
     check.add_checkpoints(&mut stored_checkpoints, Some(0))?;
     let total = index::record_count(&*snap).unwrap_or(0);

@@ -47,7 +47,7 @@ pub struct ChainCheck {
     opened_through: Option<u64>,
     /// Whether every stored checkpoint has been given ([`ChainCheck::add_checkpoints`]).
     checkpoints_ended: bool,
-    /// Stored checkpoints opened at once ([`CHECKPOINT_CHUNK`]; the tests make it small).
+    /// Stored checkpoints opened at once ([`ChainCheck::open_at_once`]).
     checkpoint_chunk: usize,
     /// Stored checkpoints read (whether or not they parsed).
     stored: usize,
@@ -104,7 +104,7 @@ pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
 
 /// Stored checkpoints whose signatures are checked at once, on every core (a bound on the
 /// notes held: a ledger of many small batches has a checkpoint for each).
-const CHECKPOINT_CHUNK: usize = 1024;
+pub const CHECKPOINT_CHUNK: usize = 1024;
 
 /// Bytes of stored notes held at once, whichever bound comes first: a checkpoint is a few
 /// hundred bytes, but a store the disk or an attacker changed may hold anything under its keys.
@@ -273,6 +273,12 @@ impl ChainCheck {
             }
         }
         Ok(())
+    }
+
+    /// Sets how many stored checkpoints are opened at once (at least one; [`CHECKPOINT_CHUNK`]
+    /// unless set). The findings do not depend on it.
+    pub fn open_at_once(&mut self, checkpoints: usize) {
+        self.checkpoint_chunk = checkpoints.max(1);
     }
 
     /// Whether stored checkpoints not opened yet may be needed before the records up to
@@ -897,7 +903,7 @@ mod tests {
         held: &mut dyn FnMut(usize),
     ) -> Vec<Problem> {
         let mut c = ChainCheck::streaming("example.com/log", &signer.verifier());
-        c.checkpoint_chunk = per;
+        c.open_at_once(per);
         let mut source = stored.iter().map(|(k, v)| Ok::<_, ()>((k, v)));
         c.add_checkpoints(&mut source, Some(0)).unwrap();
         for chunk in leaves.chunks(feed) {
