@@ -211,7 +211,7 @@ pub fn verify_bounded(
     }
     check.add_checkpoints(&mut stored_checkpoints, None)?;
     drop(stored_checkpoints);
-    check.check_late(index::records(&*snap).map(|r| r.map(|(_, leaf)| leaf)))?;
+    check.check_late(index::records(&*snap))?;
     let checkpoints = check.stored_checkpoints();
     let n = check.size();
     let mut problems = check.finish();

@@ -55,7 +55,7 @@ impl Ledger {
             }
             check.add_checkpoints(&mut stored_checkpoints, None)?;
             drop(stored_checkpoints);
-            check.check_late(index::records(&*snap).map(|r| r.map(|(_, leaf)| leaf)))?;
+            check.check_late(index::records(&*snap))?;
             if let Some(p) = check.finish().into_iter().next() {
                 let at = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
                 return Err(Error::corrupt(format!(

@@ -87,6 +87,12 @@ fn decode_thread_head(v: &[u8]) -> Result<(u64, Hash), String> {
 /// One fed entry, parsed: (seq of its key, leaf hash, the record when it parsed).
 pub type Checked = (u64, Hash, Option<Record>);
 
+/// The seq a key of the records column family names: `None` unless it is 8 bytes (such a
+/// record is reported and not fed to the tree).
+fn record_seq(key: &[u8]) -> Option<u64> {
+    read_be(key).filter(|_| key.len() == 8)
+}
+
 /// One entry of the records column family as read: the seq of its key (`None` when the key is
 /// not 8 bytes), the leaf hash, and the record or why the leaf is not one.
 pub type ReadEntry = (Option<u64>, Hash, Result<Record, LeafError>);
@@ -95,11 +101,7 @@ pub type ReadEntry = (Option<u64>, Hash, Result<Record, LeafError>);
 /// record, with exactly the answer of [`Record::from_leaf`]. A leaf that is already canonical
 /// is read by [`Record::read`], which never re-serializes a canonical leaf.
 pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
-    (
-        read_be(key).filter(|_| key.len() == 8),
-        merkle::leaf_hash(leaf),
-        Record::read(leaf),
-    )
+    (record_seq(key), merkle::leaf_hash(leaf), Record::read(leaf))
 }
 
 /// Stored checkpoints whose signatures are checked at once, on every core (a bound on the
@@ -243,8 +245,8 @@ impl ChainCheck {
     }
 
     /// Opens stored checkpoints from `stored` (column family key and note, in stored order,
-    /// continuing where the last call stopped) until every one the records up to seq
-    /// `through` (exclusive) may need has been opened, or, without `through`, every one. The
+    /// continuing where the last call stopped) until every one a tree of `through` records
+    /// may need has been opened, or, without `through`, every one. The
     /// notes are opened a chunk at a time on every core (at most 1,024 notes or about 4 MiB
     /// of them held at once); of each, only its size and root are kept (not the note), and
     /// only until the records reach its size. A checkpoint is under its own size in a store
@@ -347,25 +349,28 @@ impl ChainCheck {
     /// Compares the checkpoints opened after the records had passed their sizes (only a
     /// store whose checkpoints are not under their own sizes has any), each as it would have
     /// been compared had it been opened in time, with the roots of a second read of the same
-    /// records: `leaves`, in order, which is read only when there are such checkpoints. A size
-    /// the second read does not reach is reported as beyond the records. Call it once every
-    /// record has been fed and every checkpoint added, before [`ChainCheck::finish`].
+    /// records: `records` (key and leaf, in order, as fed), read only when there are such
+    /// checkpoints; a record whose key is not a seq is left out of the tree, as when it was
+    /// fed. A size the second read does not reach (it read other records than were fed) is
+    /// reported as beyond the records. Call it once every record has been fed and every
+    /// checkpoint added, before [`ChainCheck::finish`].
     ///
     /// # Errors
-    /// The first failed item of `leaves`.
+    /// The first failed item of `records`.
     pub fn check_late<E>(
         &mut self,
-        leaves: impl IntoIterator<Item = Result<Vec<u8>, E>>,
+        records: impl IntoIterator<Item = Result<(Vec<u8>, Vec<u8>), E>>,
     ) -> Result<(), E> {
         let sizes = self.late_sizes();
         if sizes.is_empty() {
             return Ok(());
         }
         let mut failed = None;
-        let hashes = leaves
+        let hashes = records
             .into_iter()
             .map_while(|r| r.map_err(|e| failed = Some(e)).ok())
-            .map(|leaf| merkle::leaf_hash(&leaf));
+            .filter(|(key, _)| record_seq(key).is_some())
+            .map(|(_, leaf)| merkle::leaf_hash(&leaf));
         let roots = roots_at(&sizes, hashes);
         if let Some(e) = failed {
             return Err(e);
@@ -477,7 +482,9 @@ impl ChainCheck {
             }
             self.frontier.push(&hash);
             self.last_hash = Some(hash);
-            self.next = ks + 1;
+            // A record under the greatest key is already reported (the records before it are
+            // missing); nothing comes after it in a store's order but malformed keys.
+            self.next = ks.saturating_add(1);
             self.check_due_checkpoints();
             out.push((ks, hash, rec.ok()));
         }
@@ -913,7 +920,7 @@ mod tests {
             held(c.checkpoints.len());
         }
         c.add_checkpoints(&mut source, None).unwrap();
-        c.check_late(leaves.iter().map(|(_, l)| Ok::<_, ()>(l.clone())))
+        c.check_late(leaves.iter().map(|e| Ok::<_, ()>(e.clone())))
             .unwrap();
         c.finish()
     }
@@ -960,10 +967,14 @@ mod tests {
         /// Checkpoints given as the records reach them find exactly what checkpoints given
         /// first find, whatever the store holds: checkpoints under other sizes' keys (some
         /// opened after the records passed them), malformed keys, wrong roots, forged
-        /// signatures, sizes beyond the records, and however the chunks fall.
+        /// signatures, sizes beyond the records; records missing, under malformed keys or
+        /// under the greatest key; and however the chunks fall.
         #[test]
         fn streamed_checkpoints_find_what_eager_ones_do(
             n in 0u64..120,
+            gaps in prop::collection::vec(0u64..12, 0..120),
+            bad in prop::collection::vec((0u64..130, any::<bool>()), 0..4),
+            greatest in 0u8..8,
             notes in prop::collection::vec(
                 (0u64..130, prop::option::of(0u64..130), any::<bool>(), 0u8..8, 0u8..16),
                 0..40,
@@ -973,8 +984,34 @@ mod tests {
         ) {
             let signer = note::NoteSigner::from_seed("example.com/log", &[7; 32]).unwrap();
             let other = note::NoteSigner::from_seed("example.com/log", &[8; 32]).unwrap();
-            let leaves = test_leaves(n);
-            let hashes: Vec<Hash> = leaves.iter().map(|(_, l)| merkle::leaf_hash(l)).collect();
+            // Records with gaps (a missing record now and then), keys that are not 8 bytes
+            // (reported and left out of the tree), and sometimes one under the greatest key.
+            let mut leaves: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut key = 0u64;
+            for i in 0..n {
+                key += gaps.get(i as usize).copied().unwrap_or(0) / 10;
+                leaves.push((be(key).to_vec(), format!("leaf {i}").into_bytes()));
+                key += 1;
+            }
+            for (at, long) in bad {
+                let mut k = be(at).to_vec();
+                if long {
+                    k.push(0);
+                } else {
+                    k.pop();
+                }
+                leaves.push((k, b"bad".to_vec()));
+            }
+            if greatest == 0 {
+                leaves.push((be(u64::MAX).to_vec(), b"last".to_vec()));
+            }
+            leaves.sort();
+            leaves.dedup_by(|a, b| a.0 == b.0);
+            let hashes: Vec<Hash> = leaves
+                .iter()
+                .filter(|(k, _)| k.len() == 8)
+                .map(|(_, l)| merkle::leaf_hash(l))
+                .collect();
             let mut seen = std::collections::HashSet::new();
             let notes: Vec<(u64, Vec<u8>, bool, bool)> = notes
                 .into_iter()

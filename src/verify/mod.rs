@@ -236,7 +236,8 @@ impl Problem {
 /// Sorts problems by the record they concern (those naming none last), keeping discovery order
 /// among equals, so the first problem is the earliest bad record.
 pub fn sort_problems(p: &mut [Problem]) {
-    p.sort_by_key(|x| x.seq.unwrap_or(u64::MAX));
+    // Those naming none after every record's, the greatest seq's included.
+    p.sort_by_key(|x| (x.seq.is_none(), x.seq));
 }
 
 /// The verdict on a whole ledger (`verify`, run by `crate::audit::fsck`).

@@ -265,6 +265,15 @@ fn chain_tampering_agrees() {
         s.raw_delete(Cf::Records, &be(n)).unwrap();
     });
     case(
+        "a record under the greatest key",
+        "seq_mismatch",
+        None,
+        |_, s| {
+            let copied = leaf(s, 5);
+            s.raw_put(Cf::Records, &be(u64::MAX), &copied).unwrap();
+        },
+    );
+    case(
         "key of another length",
         "seq_mismatch",
         Some(101),
