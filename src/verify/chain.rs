@@ -87,9 +87,9 @@ fn decode_thread_head(v: &[u8]) -> Result<(u64, Hash), String> {
 /// One fed entry, parsed: (seq of its key, leaf hash, the record when it parsed).
 pub type Checked = (u64, Hash, Option<Record>);
 
-/// The seq a key of the records column family names: `None` unless it is 8 bytes (such a
-/// record is reported and not fed to the tree).
-fn record_seq(key: &[u8]) -> Option<u64> {
+/// The seq (or size) a key of the records (or checkpoints) column family names: `None`
+/// unless it is 8 bytes (such a record is reported and not fed to the tree).
+fn key_seq(key: &[u8]) -> Option<u64> {
     read_be(key).filter(|_| key.len() == 8)
 }
 
@@ -101,7 +101,7 @@ pub type ReadEntry = (Option<u64>, Hash, Result<Record, LeafError>);
 /// record, with exactly the answer of [`Record::from_leaf`]. A leaf that is already canonical
 /// is read by [`Record::read`], which never re-serializes a canonical leaf.
 pub fn read_entry(key: &[u8], leaf: &[u8]) -> ReadEntry {
-    (record_seq(key), merkle::leaf_hash(leaf), Record::read(leaf))
+    (key_seq(key), merkle::leaf_hash(leaf), Record::read(leaf))
 }
 
 /// Stored checkpoints whose signatures are checked at once, on every core (a bound on the
@@ -305,7 +305,7 @@ impl ChainCheck {
             let k = k.as_ref();
             let order = self.stored;
             self.stored += 1;
-            let key_size = read_be(k).filter(|_| k.len() == 8);
+            let key_size = key_seq(k);
             if let Some(ks) = key_size {
                 self.opened_through = Some(self.opened_through.map_or(ks, |t| t.max(ks)));
             }
@@ -369,7 +369,7 @@ impl ChainCheck {
         let hashes = records
             .into_iter()
             .map_while(|r| r.map_err(|e| failed = Some(e)).ok())
-            .filter(|(key, _)| record_seq(key).is_some())
+            .filter(|(key, _)| key_seq(key).is_some())
             .map(|(_, leaf)| merkle::leaf_hash(&leaf));
         let roots = roots_at(&sizes, hashes);
         if let Some(e) = failed {
@@ -389,14 +389,11 @@ impl ChainCheck {
     /// Compares every checkpoint whose size the frontier has reached.
     fn check_due_checkpoints(&mut self) {
         let size = self.frontier.size();
-        while self
-            .checkpoints
-            .peek()
-            .is_some_and(|std::cmp::Reverse((s, _, _))| *s <= size)
-        {
-            let Some(std::cmp::Reverse((s, _, stored_root))) = self.checkpoints.pop() else {
+        while let Some(&std::cmp::Reverse((s, _, stored_root))) = self.checkpoints.peek() {
+            if s > size {
                 break;
-            };
+            }
+            self.checkpoints.pop();
             let root = self.frontier.root();
             self.compare_checkpoint(s, &root, &stored_root);
         }
