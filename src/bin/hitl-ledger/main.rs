@@ -3,6 +3,7 @@
 
 use clap::Parser;
 
+mod allocator;
 mod args;
 mod commands;
 mod exit;
@@ -14,16 +15,9 @@ mod user;
 mod witness;
 mod witnesses;
 
-/// The process's allocator: mimalloc (docs/design.md, "Dependencies"). Every record costs a few
-/// dozen short-lived allocations on every path (keys and values staged, strings of a parsed
-/// request, the answer line), and glibc's malloc and free were about a fifth of the
-/// instructions of an append (docs/performance.md). RocksDB's own C++ allocations are not
-/// affected.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let cli = args::Cli::parse();
+    allocator::tune_for(&cli.command);
     let format = cli.format;
     let outcome = commands::run(cli).unwrap_or_else(exit::Outcome::Failed);
     if let exit::Outcome::Failed(e) = &outcome {
