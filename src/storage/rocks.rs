@@ -49,6 +49,19 @@ const fn greatest_slot(ks: Keyspace) -> Option<usize> {
     }
 }
 
+/// The bytes of a RocksDB write batch holding `changes`: its 12-byte header, and per entry a
+/// tag, the column family's number and the two lengths (varints of at most 5 bytes each), the
+/// key and the value; a range deletion per cleared keyspace. An estimate from above, so the
+/// batch's buffer is allocated once.
+fn batch_bytes(changes: &Changes) -> usize {
+    const ENTRY: usize = 1 + 5 + 5 + 5;
+    let ops: usize = changes
+        .iter()
+        .map(|(_, key, value)| ENTRY + key.len() + value.map_or(0, <[u8]>::len))
+        .sum();
+    12 + ops + changes.cleared().len() * (ENTRY + CLEAR_END.len())
+}
+
 /// Every append-only keyspace has a slot in [`Writer::greatest`].
 const _: () = {
     let mut i = 0;
@@ -292,16 +305,7 @@ impl WriteTxn for RocksTxn<'_> {
     fn commit(self: Box<Self>, changes: Changes, d: Durability) -> Result<(), StorageError> {
         changes.check_append_only(&*self)?;
         let e = self.engine;
-        let mut batch = WriteBatch::default();
-        for ks in changes.cleared() {
-            batch.delete_range_cf(e.cf(*ks), [].as_slice(), CLEAR_END.as_slice());
-        }
-        for (ks, key, value) in changes.iter() {
-            match value {
-                Some(v) => batch.put_cf(e.cf(ks), key, v),
-                None => batch.delete_cf(e.cf(ks), key),
-            }
-        }
+        let batch = e.write_batch(&changes);
         let mut wo = WriteOptions::default();
         wo.set_sync(d == Durability::Synced);
         let written = e.db.write_opt(batch, &wo).map_err(engine_err("commit"));
@@ -310,11 +314,16 @@ impl WriteTxn for RocksTxn<'_> {
             // The greatest put of each append-only keyspace (the changes are in key order) is
             // its new greatest entry when above the one stored.
             Ok(()) => {
+                // Only each keyspace's last put is copied (a batch of a thousand records
+                // copied every one before).
+                let mut last: [Option<(&[u8], &[u8])>; 2] = [None, None];
                 for (ks, key, value) in changes.iter() {
-                    let (Some(slot), Some(value)) = (greatest_slot(ks), value) else {
-                        continue;
-                    };
-                    if let Some(known) = &mut greatest[slot]
+                    if let (Some(slot), Some(value)) = (greatest_slot(ks), value) {
+                        last[slot] = Some((key, value));
+                    }
+                }
+                for (known, put) in greatest.iter_mut().zip(last) {
+                    if let (Some(known), Some((key, value))) = (known, put)
                         && known.as_ref().is_none_or(|(k, _)| k.as_slice() < key)
                     {
                         *known = Some((key.to_vec(), value.to_vec()));
@@ -324,6 +333,24 @@ impl WriteTxn for RocksTxn<'_> {
             Err(_) => *greatest = Default::default(),
         }
         written
+    }
+}
+
+impl RocksEngine {
+    /// The RocksDB write batch of `changes`, its bytes reserved at once (RocksDB grows its
+    /// buffer by copying it: a batch of a thousand records about ten times).
+    fn write_batch(&self, changes: &Changes) -> WriteBatch {
+        let mut batch = WriteBatch::with_capacity_bytes(batch_bytes(changes));
+        for ks in changes.cleared() {
+            batch.delete_range_cf(self.cf(*ks), [].as_slice(), CLEAR_END.as_slice());
+        }
+        for (ks, key, value) in changes.iter() {
+            match value {
+                Some(v) => batch.put_cf(self.cf(ks), key, v),
+                None => batch.delete_cf(self.cf(ks), key),
+            }
+        }
+        batch
     }
 }
 
@@ -375,6 +402,25 @@ mod tests {
             c.put(Keyspace::Records, k.to_vec(), v.to_vec());
         }
         c
+    }
+
+    /// A batch's buffer is reserved once: every kind of change fits the estimate.
+    #[test]
+    fn a_write_batch_fits_the_bytes_reserved_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(dir.path(), true).unwrap();
+        let mut c = records(&[(b"\x00", b"leaf 0"), (b"\x01", &[7u8; 300])]);
+        c.put(Keyspace::Meta, vec![b'k'; 200], vec![1u8; 70_000]);
+        c.delete(Keyspace::Threads, b"gone".to_vec());
+        c.clear(Keyspace::Nodes);
+        let batch = e.write_batch(&c);
+        assert!(
+            batch.size_in_bytes() <= batch_bytes(&c),
+            "{} bytes written, {} reserved",
+            batch.size_in_bytes(),
+            batch_bytes(&c)
+        );
+        assert_eq!(batch.len(), 5);
     }
 
     /// The greatest record is read from RocksDB once and then kept by the commits: a later
