@@ -23,11 +23,13 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// purge delay"). The server and `append` keep the default: their targets are CPU.
 const BULK_PURGE_DELAY_MS: std::os::raw::c_long = 100;
 
-/// Sets the allocator for the command about to run; called once, before it runs.
+/// Sets the allocator for the command about to run; called once by `main`, before the
+/// command starts any thread.
 pub fn tune_for(command: &Command) {
     if matches!(command, Command::Verify { .. } | Command::Reindex) {
-        // SAFETY: `mi_option_set` stores an integer in mimalloc's table of options, which it
-        // reads atomically; the option's place is checked by the tests below.
+        // SAFETY: `mi_option_set` stores an integer in mimalloc's table of options, and no
+        // other thread of ours runs yet to read it; the option's place is checked by the
+        // tests below.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, BULK_PURGE_DELAY_MS) };
     }
 }
