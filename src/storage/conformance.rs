@@ -13,7 +13,7 @@ use super::{Changes, Durability, Engine, Keyspace, Read, StorageError, scan_pref
 pub type Check = (&'static str, fn(&dyn Engine) -> Result<(), String>);
 
 /// Every check that needs only an engine (durability across a reopen is [`durable_reopen`]).
-pub const CHECKS: [Check; 12] = [
+pub const CHECKS: [Check; 13] = [
     ("empty", empty),
     ("ordered_bytes", ordered_bytes),
     ("snapshot_isolation", snapshot_isolation),
@@ -29,6 +29,7 @@ pub const CHECKS: [Check; 12] = [
     ("get_many", get_many),
     ("large_values", large_values),
     ("write_last_follows_commits", write_last_follows_commits),
+    ("write_get_follows_commits", write_get_follows_commits),
 ];
 
 /// Runs every check of [`CHECKS`], each on a fresh engine from `fresh`; panics naming every
@@ -337,6 +338,80 @@ pub fn append_only(engine: &dyn Engine) -> Result<(), String> {
             s.get(ks, b"k2").map_err(se)? == Some(b"v2".to_vec()),
             "an append was lost",
         )?;
+    }
+    Ok(())
+}
+
+/// The write transaction's `get` of a derived key is what the last commit left, after every
+/// kind of commit: a put, an overwrite, a delete, a key read absent and then put, a refused
+/// commit, a dropped transaction, a commit of other keys only, and a clear with a put in the
+/// same commit. Each is asked twice, in transactions of their own, and of a snapshot (an
+/// engine may keep what its writer read or wrote between transactions, the thread heads above
+/// all; it must not keep anything wrong).
+pub fn write_get_follows_commits(engine: &dyn Engine) -> Result<(), String> {
+    // A record the refused commits below try to overwrite.
+    commit(engine, put(Keyspace::Records, &[(b"r5", b"record 5")]))?;
+    for ks in [Keyspace::ThreadHeads, Keyspace::Requests] {
+        let get = |key: &[u8], what: &str, want: Option<&[u8]>| -> Result<(), String> {
+            for _ in 0..2 {
+                let txn = engine.begin_write().map_err(se)?;
+                let got = txn.get(ks, key).map_err(se)?;
+                expect(
+                    txn.get(ks, key).map_err(se)? == got,
+                    "get changed within a transaction",
+                )?;
+                expect(
+                    got.as_deref() == want,
+                    &format!("{ks:?}: get {what}: {got:?}"),
+                )?;
+            }
+            let s = engine.snapshot().map_err(se)?;
+            expect(
+                s.get(ks, key).map_err(se)?.as_deref() == want,
+                &format!("{ks:?}: a snapshot's get {what} is not the write transaction's"),
+            )
+        };
+        get(b"t1", "when empty", None)?;
+        commit(engine, put(ks, &[(b"t1", b"head 1"), (b"t2", b"head 2")]))?;
+        get(b"t1", "after a put", Some(b"head 1"))?;
+        commit(engine, put(ks, &[(b"t1", b"head 1b")]))?;
+        get(b"t1", "after an overwrite", Some(b"head 1b"))?;
+        get(b"t2", "beside an overwrite", Some(b"head 2"))?;
+        let mut c = Changes::new();
+        c.delete(ks, b"t1".to_vec());
+        commit(engine, c)?;
+        get(b"t1", "after a delete", None)?;
+        get(b"t3", "never written", None)?;
+        commit(engine, put(ks, &[(b"t3", b"head 3")]))?;
+        get(b"t3", "read absent, then put", Some(b"head 3"))?;
+        let mut refused = put(ks, &[(b"t3", b"refused")]);
+        refused.put(Keyspace::Records, b"r5".to_vec(), b"again".to_vec());
+        let refused = engine
+            .begin_write()
+            .map_err(se)?
+            .commit(refused, Durability::Synced);
+        expect(
+            matches!(refused, Err(StorageError::AppendOnly { .. })),
+            "an overwrite of a record was not refused",
+        )?;
+        get(b"t3", "after a refused commit", Some(b"head 3"))?;
+        {
+            let txn = engine.begin_write().map_err(se)?;
+            expect(
+                txn.get(ks, b"t2").map_err(se)?.as_deref() == Some(b"head 2"),
+                &format!("{ks:?}: get in a transaction then dropped"),
+            )?;
+        }
+        get(b"t2", "after a dropped transaction", Some(b"head 2"))?;
+        commit(engine, put(Keyspace::Meta, &[(b"other", b"1")]))?;
+        get(b"t2", "after a commit of another keyspace", Some(b"head 2"))?;
+        let mut c = Changes::new();
+        c.clear(ks);
+        c.put(ks, b"t4".to_vec(), b"head 4".to_vec());
+        commit(engine, c)?;
+        get(b"t2", "after a clear", None)?;
+        get(b"t3", "after a clear", None)?;
+        get(b"t4", "put with a clear", Some(b"head 4"))?;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use rocksdb::{
 
 use super::{Changes, Durability, Engine, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
 use crate::clock::Timestamp;
+use crate::hashing::Map;
 
 /// A key greater than every key the ledger writes (no key starts with 4096 `0xFF` bytes: ids
 /// are UTF-8, which has no `0xFF`, hashes are 32 bytes), so `[b"", CLEAR_END)` is a keyspace.
@@ -34,10 +35,91 @@ pub struct RocksEngine {
 /// Only the write transaction uses them: it reads the latest committed state, which only it
 /// can change (the writer mutex here, the data directory's lock across processes), so they stay
 /// exact. A commit that fails forgets them, and the next transaction reads them again.
+///
+/// It also keeps the thread heads it has read or written ([`Heads`]): the gate reads the head
+/// of every record's thread, and a batch of a thousand interrupts over a thousand busy threads
+/// asked RocksDB for each of them again (docs/performance.md, "Thread heads kept between
+/// batches").
 #[derive(Default)]
 struct Writer {
     /// Per append-only keyspace ([`greatest_slot`]): `None` not read yet, `Some(None)` empty.
     greatest: RefCell<[Option<Option<Entry>>; 2]>,
+    /// Thread heads as committed.
+    heads: RefCell<Heads>,
+}
+
+impl Writer {
+    /// Forgets everything kept, after a writer panicked (it may have left between its write
+    /// and the update of what is kept). A failed commit forgets each kept thing where it fails.
+    fn forget(&mut self) {
+        *self.greatest.get_mut() = Default::default();
+        self.heads.get_mut().clear();
+    }
+}
+
+/// The most bytes of thread heads [`Heads`] keeps (keys, values and [`HEAD_OVERHEAD`] per
+/// entry). Past it, it starts again from empty.
+const HEADS_BYTES: usize = 8 << 20;
+
+/// What a kept thread head costs beside its key and value: the map's slot and two
+/// allocations' headers, counted from above.
+const HEAD_OVERHEAD: usize = 96;
+
+/// Present thread heads (`thread_heads` keyspace) as the last commit left them, keyed by
+/// thread id. Only present ones: a thread not kept is read from RocksDB, so a kept entry is
+/// never the only knowledge that a head is absent. Every commit brings the kept ones up to
+/// date with its changes (a put replaces, a delete removes, a cleared keyspace empties it),
+/// in the same place where it updates the greatest entries; bounded by [`HEADS_BYTES`].
+#[derive(Default)]
+struct Heads {
+    map: Map<Vec<u8>, Vec<u8>>,
+    bytes: usize,
+}
+
+impl Heads {
+    fn cost(key: &[u8], value: &[u8]) -> usize {
+        key.len() + value.len() + HEAD_OVERHEAD
+    }
+
+    fn clear(&mut self) {
+        self.map = Map::default();
+        self.bytes = 0;
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.map.remove(key) {
+            self.bytes -= Self::cost(key, &old);
+        }
+    }
+
+    /// Keeps `value` as the head of `key`, replacing what was kept; starts again from empty
+    /// first when it would pass [`HEADS_BYTES`].
+    fn keep(&mut self, key: &[u8], value: &[u8]) {
+        self.remove(key);
+        let cost = Self::cost(key, value);
+        if self.bytes + cost > HEADS_BYTES {
+            self.clear();
+        }
+        if cost <= HEADS_BYTES {
+            self.map.insert(key.to_vec(), value.to_vec());
+            self.bytes += cost;
+        }
+    }
+
+    /// Brings the kept heads up to date with committed `changes`.
+    fn commit(&mut self, changes: &Changes) {
+        if changes.cleared().contains(&Keyspace::ThreadHeads) {
+            self.clear();
+        }
+        for (ks, key, value) in changes.iter() {
+            if ks == Keyspace::ThreadHeads {
+                match value {
+                    Some(v) => self.keep(key, v),
+                    None => self.remove(key),
+                }
+            }
+        }
+    }
 }
 
 /// The slot of an append-only keyspace in [`Writer::greatest`].
@@ -276,7 +358,17 @@ struct RocksTxn<'a> {
 
 impl Read for RocksTxn<'_> {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        self.engine.get_at(None, ks, key)
+        if ks != Keyspace::ThreadHeads {
+            return self.engine.get_at(None, ks, key);
+        }
+        if let Some(v) = self.writer.heads.borrow().map.get(key) {
+            return Ok(Some(v.clone()));
+        }
+        let read = self.engine.get_at(None, ks, key)?;
+        if let Some(v) = &read {
+            self.writer.heads.borrow_mut().keep(key, v);
+        }
+        Ok(read)
     }
     fn get_many(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
         self.engine.get_many_at(None, ks, keys)
@@ -309,6 +401,11 @@ impl WriteTxn for RocksTxn<'_> {
         let mut wo = WriteOptions::default();
         wo.set_sync(d == Durability::Synced);
         let written = e.db.write_opt(batch, &wo).map_err(engine_err("commit"));
+        if written.is_err() {
+            self.writer.heads.borrow_mut().clear();
+        } else {
+            self.writer.heads.borrow_mut().commit(&changes);
+        }
         let mut greatest = self.writer.greatest.borrow_mut();
         match written {
             // The greatest put of each append-only keyspace (the changes are in key order) is
@@ -366,8 +463,8 @@ impl Engine for RocksEngine {
         // A writer that panicked may have left its knowledge behind its commit: read it again
         // (once: the lock is no longer poisoned afterwards).
         let writer = self.writer.lock().unwrap_or_else(|p| {
-            let w = p.into_inner();
-            *w.greatest.borrow_mut() = Default::default();
+            let mut w = p.into_inner();
+            w.forget();
             self.writer.clear_poison();
             w
         });
@@ -421,6 +518,99 @@ mod tests {
             batch_bytes(&c)
         );
         assert_eq!(batch.len(), 5);
+    }
+
+    /// A thread head read or committed is kept between transactions: read again, it costs no
+    /// RocksDB read, and a commit's put, delete or clear is what the next transaction reads. An
+    /// absent head is read each time (nothing keeps a head's absence), and after a writer
+    /// panicked every kept head is read again.
+    #[test]
+    fn the_writer_keeps_the_thread_heads_it_read_and_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(dir.path(), true).unwrap();
+        let commit = |c: Changes| e.begin_write().unwrap().commit(c, Durability::Synced);
+        let heads = |pairs: &[(&[u8], &[u8])]| {
+            let mut c = Changes::new();
+            for (k, v) in pairs {
+                c.put(Keyspace::ThreadHeads, k.to_vec(), v.to_vec());
+            }
+            c
+        };
+        // What a read of `key` gives, and how many RocksDB reads it cost.
+        let read = |e: &RocksEngine, key: &[u8]| {
+            let txn = e.begin_write().unwrap();
+            let before = e.reads();
+            let got = txn.get(Keyspace::ThreadHeads, key).unwrap();
+            (got, e.reads() - before)
+        };
+        commit(heads(&[(b"t1", b"head 1")])).unwrap();
+        assert_eq!(
+            read(&e, b"t1"),
+            (Some(b"head 1".to_vec()), 0),
+            "a committed head"
+        );
+        assert_eq!(read(&e, b"t2"), (None, 1));
+        assert_eq!(
+            read(&e, b"t2"),
+            (None, 1),
+            "an absent head is read each time"
+        );
+        commit(heads(&[(b"t2", b"head 2"), (b"t1", b"head 1b")])).unwrap();
+        assert_eq!(read(&e, b"t1"), (Some(b"head 1b".to_vec()), 0));
+        assert_eq!(read(&e, b"t2"), (Some(b"head 2".to_vec()), 0));
+        let mut c = Changes::new();
+        c.delete(Keyspace::ThreadHeads, b"t1".to_vec());
+        commit(c).unwrap();
+        assert_eq!(read(&e, b"t1"), (None, 1), "a deleted head is not kept");
+        let mut c = Changes::new();
+        c.clear(Keyspace::ThreadHeads);
+        c.put(Keyspace::ThreadHeads, b"t3".to_vec(), b"head 3".to_vec());
+        commit(c).unwrap();
+        assert_eq!(read(&e, b"t2"), (None, 1), "a cleared head is not kept");
+        assert_eq!(read(&e, b"t3"), (Some(b"head 3".to_vec()), 0));
+
+        // Reopened: nothing kept, a head read once is then kept.
+        drop(e);
+        let e = RocksEngine::open(dir.path(), false).unwrap();
+        assert_eq!(read(&e, b"t3"), (Some(b"head 3".to_vec()), 1));
+        assert_eq!(
+            read(&e, b"t3"),
+            (Some(b"head 3".to_vec()), 0),
+            "a head read is kept"
+        );
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _txn = e.begin_write().unwrap();
+            panic!("a writer panics with its transaction open");
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(
+            read(&e, b"t3"),
+            (Some(b"head 3".to_vec()), 1),
+            "after a panic the kept heads are read again"
+        );
+    }
+
+    /// The kept heads stay within their bound: past it they start again from empty, and a
+    /// head larger than the bound is not kept at all.
+    #[test]
+    fn the_kept_thread_heads_are_bounded() {
+        let mut h = Heads::default();
+        let value = vec![7u8; 1000];
+        let per = Heads::cost(b"thread-00000000", &value);
+        for i in 0..(2 * HEADS_BYTES / per) {
+            h.keep(format!("thread-{i:08}").as_bytes(), &value);
+            assert!(h.bytes <= HEADS_BYTES, "{} bytes kept", h.bytes);
+            assert_eq!(
+                h.bytes,
+                h.map.iter().map(|(k, v)| Heads::cost(k, v)).sum::<usize>(),
+                "the count of bytes drifted"
+            );
+        }
+        assert!(h.map.len() < 2 * HEADS_BYTES / per);
+        h.keep(b"huge", &vec![1u8; HEADS_BYTES]);
+        assert!(!h.map.contains_key(b"huge".as_slice()));
+        assert!(h.bytes <= HEADS_BYTES);
     }
 
     /// The greatest record is read from RocksDB once and then kept by the commits: a later
