@@ -15,7 +15,6 @@ use rocksdb::{
 
 use super::{Changes, Durability, Engine, Entry, Keyspace, Read, Scan, StorageError, WriteTxn};
 use crate::clock::Timestamp;
-use crate::hashing::Map;
 
 /// A key greater than every key the ledger writes (no key starts with 4096 `0xFF` bytes: ids
 /// are UTF-8, which has no `0xFF`, hashes are 32 bytes), so `[b"", CLEAR_END)` is a keyspace.
@@ -57,22 +56,28 @@ impl Writer {
     }
 }
 
-/// The most bytes of thread heads [`Heads`] keeps (keys, values and [`HEAD_OVERHEAD`] per
-/// entry). Past it, it starts again from empty.
+/// The most bytes of thread heads [`Heads`] keeps, counted as keys, values and
+/// [`HEAD_OVERHEAD`] per entry. Past it, it starts again from empty.
 const HEADS_BYTES: usize = 8 << 20;
 
-/// What a kept thread head costs beside its key and value: the map's slot and two
-/// allocations' headers, counted from above.
-const HEAD_OVERHEAD: usize = 96;
+/// What a kept thread head costs beside its key and value: the hash table's share (a 48-byte
+/// slot in a table between 7/16 and 7/8 full, so up to about 110 bytes) and the rounding of the
+/// key's and the value's allocations. An estimate: while the table doubles, the old one is
+/// alive too.
+const HEAD_OVERHEAD: usize = 160;
 
 /// Present thread heads (`thread_heads` keyspace) as the last commit left them, keyed by
 /// thread id. Only present ones: a thread not kept is read from RocksDB, so a kept entry is
 /// never the only knowledge that a head is absent. Every commit brings the kept ones up to
 /// date with its changes (a put replaces, a delete removes, a cleared keyspace empties it),
 /// in the same place where it updates the greatest entries; bounded by [`HEADS_BYTES`].
+///
+/// The map lives across batches and agents choose its keys (thread ids), so it hashes with
+/// the standard library's SipHash under a random key rather than the per-batch maps'
+/// foldhash (`crate::hashing`), whose resistance to chosen collisions is only minimal.
 #[derive(Default)]
 struct Heads {
-    map: Map<Vec<u8>, Vec<u8>>,
+    map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
     bytes: usize,
 }
 
@@ -82,7 +87,7 @@ impl Heads {
     }
 
     fn clear(&mut self) {
-        self.map = Map::default();
+        self.map = std::collections::HashMap::default();
         self.bytes = 0;
     }
 
