@@ -49,7 +49,7 @@ struct Writer {
 
 impl Writer {
     /// Forgets everything kept, after a writer panicked (it may have left between its write
-    /// and the update of what is kept). A failed commit forgets each kept thing where it fails.
+    /// and the update of what is kept). A failed commit forgets the same in its own match.
     fn forget(&mut self) {
         *self.greatest.get_mut() = Default::default();
         self.heads.get_mut().clear();
@@ -111,18 +111,11 @@ impl Heads {
         }
     }
 
-    /// Brings the kept heads up to date with committed `changes`.
-    fn commit(&mut self, changes: &Changes) {
-        if changes.cleared().contains(&Keyspace::ThreadHeads) {
-            self.clear();
-        }
-        for (ks, key, value) in changes.iter() {
-            if ks == Keyspace::ThreadHeads {
-                match value {
-                    Some(v) => self.keep(key, v),
-                    None => self.remove(key),
-                }
-            }
+    /// Brings the kept head of `key` up to date with a committed put (`Some`) or delete.
+    fn apply(&mut self, key: &[u8], value: Option<&[u8]>) {
+        match value {
+            Some(v) => self.keep(key, v),
+            None => self.remove(key),
         }
     }
 }
@@ -447,21 +440,23 @@ impl WriteTxn for RocksTxn<'_> {
         let mut wo = WriteOptions::default();
         wo.set_sync(d == Durability::Synced);
         let written = e.db.write_opt(batch, &wo).map_err(engine_err("commit"));
-        if written.is_err() {
-            self.writer.heads.borrow_mut().clear();
-        } else {
-            self.writer.heads.borrow_mut().commit(&changes);
-        }
         let mut greatest = self.writer.greatest.borrow_mut();
+        let mut heads = self.writer.heads.borrow_mut();
         match written {
             // The greatest put of each append-only keyspace (the changes are in key order) is
-            // its new greatest entry when above the one stored.
+            // its new greatest entry when above the one stored; the kept thread heads take the
+            // commit's clear, puts and deletes of theirs. One pass over the changes for both.
             Ok(()) => {
+                if changes.cleared().contains(&Keyspace::ThreadHeads) {
+                    heads.clear();
+                }
                 // Only each keyspace's last put is copied (a batch of a thousand records
                 // copied every one before).
                 let mut last: [Option<(&[u8], &[u8])>; 2] = [None, None];
                 for (ks, key, value) in changes.iter() {
-                    if let (Some(slot), Some(value)) = (greatest_slot(ks), value) {
+                    if ks == Keyspace::ThreadHeads {
+                        heads.apply(key, value);
+                    } else if let (Some(slot), Some(value)) = (greatest_slot(ks), value) {
                         last[slot] = Some((key, value));
                     }
                 }
@@ -473,7 +468,10 @@ impl WriteTxn for RocksTxn<'_> {
                     }
                 }
             }
-            Err(_) => *greatest = Default::default(),
+            Err(_) => {
+                *greatest = Default::default();
+                heads.clear();
+            }
         }
         written
     }
