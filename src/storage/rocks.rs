@@ -232,8 +232,49 @@ const LEDGER: Profile = Profile {
     block_cache: budget::BLOCK_CACHE,
 };
 
+/// Keyspaces whose entries are each written once and never overwritten or deleted (the derived
+/// ones until `reindex` clears them): a table file of theirs at the bottom level holds nothing a
+/// compaction could drop.
+fn written_once(ks: Keyspace) -> bool {
+    matches!(
+        ks,
+        Keyspace::Records
+            | Keyspace::Checkpoints
+            | Keyspace::ByHash
+            | Keyspace::Threads
+            | Keyspace::RequestRecords
+            | Keyspace::Facts
+    )
+}
+
+/// Keyspaces whose new keys land all over their key range (leaf hashes; a thousand threads'
+/// records interleaved; requests' records beside tenants' records) and that no write reads by
+/// key: each compaction of level 0 rewrites about all of the keyspace, so it waits for more files.
+fn scattered_unread(ks: Keyspace) -> bool {
+    matches!(
+        ks,
+        Keyspace::ByHash | Keyspace::Threads | Keyspace::RequestRecords
+    )
+}
+
+/// Level-0 files that start a compaction in a [`scattered_unread`] keyspace (RocksDB's default,
+/// kept for the others, is 4).
+const SCATTERED_L0_TRIGGER: i32 = 8;
+
 fn options(ks: Option<Keyspace>, cache: &rocksdb::Cache, p: Profile) -> Options {
     let mut o = Options::default();
+    if ks.is_some_and(written_once) {
+        // RocksDB rewrites every table file that reaches the bottom level with a non-zero
+        // sequence number once no snapshot is older ("BottommostFiles"), to zero the numbers and
+        // drop what snapshots kept. Here there is nothing to drop, and the records were
+        // written twice: never.
+        o = o
+            .get_options_from_string(format!("bottommost_file_compaction_delay={}", u32::MAX))
+            .expect("a known option");
+    }
+    if ks.is_some_and(scattered_unread) {
+        o.set_level_zero_file_num_compaction_trigger(SCATTERED_L0_TRIGGER);
+    }
     o.create_if_missing(true);
     o.create_missing_column_families(true);
     o.set_compression_type(rocksdb::DBCompressionType::None);
@@ -655,6 +696,70 @@ mod tests {
         h.keep(b"huge", &vec![1u8; HEADS_BYTES]);
         assert!(!h.map.contains_key(b"huge".as_slice()));
         assert!(h.bytes <= HEADS_BYTES);
+    }
+
+    /// The compaction settings per keyspace are the ones the database runs with: read back
+    /// from the options file RocksDB writes at open, so a setter that does not take (or an
+    /// option RocksDB renames) fails here rather than silently in the benchmark.
+    #[test]
+    fn each_keyspace_runs_with_its_compaction_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(RocksEngine::open(dir.path(), true).unwrap());
+        let newest = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|f| f.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("OPTIONS-"))
+            .max_by_key(|n| n["OPTIONS-".len()..].parse::<u64>().unwrap())
+            .expect("RocksDB writes an options file");
+        let text = std::fs::read_to_string(dir.path().join(newest)).unwrap();
+        // Each `[CFOptions "name"]` section's `key=value` lines.
+        let mut sections: std::collections::HashMap<
+            String,
+            std::collections::HashMap<String, String>,
+        > = std::collections::HashMap::new();
+        let mut current = None;
+        for line in text.lines().map(str::trim) {
+            if let Some(name) = line
+                .strip_prefix("[CFOptions \"")
+                .and_then(|r| r.strip_suffix("\"]"))
+            {
+                current = Some(name.to_string());
+            } else if line.starts_with('[') {
+                current = None;
+            } else if let (Some(cf), Some((k, v))) = (&current, line.split_once('=')) {
+                sections
+                    .entry(cf.clone())
+                    .or_default()
+                    .insert(k.to_string(), v.to_string());
+            }
+        }
+        for ks in Keyspace::ALL {
+            let o = &sections[ks.name()];
+            let never = u32::MAX.to_string();
+            assert_eq!(
+                o["bottommost_file_compaction_delay"],
+                if written_once(ks) {
+                    never.as_str()
+                } else {
+                    "0"
+                },
+                "{}",
+                ks.name()
+            );
+            assert_eq!(
+                o["level0_file_num_compaction_trigger"],
+                if scattered_unread(ks) {
+                    SCATTERED_L0_TRIGGER.to_string()
+                } else {
+                    "4".to_string()
+                },
+                "{}",
+                ks.name()
+            );
+            // Set on every keyspace before the compaction settings: still there.
+            assert_eq!(o["compression"], "kNoCompression", "{}", ks.name());
+        }
+        assert!(written_once(Keyspace::Records) && scattered_unread(Keyspace::ByHash));
     }
 
     /// Closing flushes the memtables when they hold more than [`FLUSH_ON_CLOSE`] (so the next
