@@ -232,24 +232,21 @@ const LEDGER: Profile = Profile {
     block_cache: budget::BLOCK_CACHE,
 };
 
-/// Keyspaces whose entries are each written once and never overwritten or deleted (the derived
-/// ones until `reindex` clears them): a table file of theirs at the bottom level holds nothing a
-/// compaction could drop.
+/// Keyspaces whose entries are each written once and never overwritten or deleted: the
+/// append-only ones, and the derived ones `index::apply` only adds to (until `reindex` clears
+/// them). A table file of theirs at the bottom level holds nothing a compaction could drop.
 fn written_once(ks: Keyspace) -> bool {
-    matches!(
-        ks,
-        Keyspace::Records
-            | Keyspace::Checkpoints
-            | Keyspace::ByHash
-            | Keyspace::Threads
-            | Keyspace::RequestRecords
-            | Keyspace::Facts
-    )
+    ks.append_only()
+        || matches!(
+            ks,
+            Keyspace::ByHash | Keyspace::Threads | Keyspace::RequestRecords | Keyspace::Facts
+        )
 }
 
 /// Keyspaces whose new keys land all over their key range (leaf hashes; a thousand threads'
-/// records interleaved; requests' records beside tenants' records) and that no write reads by
-/// key: each compaction of level 0 rewrites about all of the keyspace, so it waits for more files.
+/// records interleaved; requests' records beside tenants' records) and that a write reads by key
+/// at most for a follow-up's `follows` (one `by_hash` read): each compaction of level 0 rewrites
+/// about all of the keyspace, so it waits for more files.
 fn scattered_unread(ks: Keyspace) -> bool {
     matches!(
         ks,
