@@ -35,16 +35,19 @@ pub struct RocksEngine {
 /// can change (the writer mutex here, the data directory's lock across processes), so they stay
 /// exact. A commit that fails forgets them, and the next transaction reads them again.
 ///
-/// It also keeps the thread heads it has read or written ([`Heads`]): the gate reads the head
-/// of every record's thread, and a batch of a thousand interrupts over a thousand busy threads
-/// asked RocksDB for each of them again (docs/performance.md, "Thread heads kept between
-/// batches").
+/// It also keeps the present entries it has read or written of two keyspaces ([`Heads`],
+/// [`kept_slot`]): the thread heads, since the gate reads the head of every record's thread
+/// and a batch of a thousand interrupts over a thousand busy threads asked RocksDB for each of
+/// them again (docs/performance.md, "Thread heads kept between batches"); and `meta`, whose
+/// few entries (the head, the tree's frontier, the policy's seq, the open-request count, the
+/// derived version) every batch reads, about 5% of a batch of one's CPU (docs/performance.md,
+/// "A batch of one's reads of `meta`, kept").
 #[derive(Default)]
 struct Writer {
     /// Per append-only keyspace ([`greatest_slot`]): `None` not read yet, `Some(None)` empty.
     greatest: RefCell<[Option<Option<Entry>>; 2]>,
-    /// Thread heads as committed.
-    heads: RefCell<Heads>,
+    /// Per kept keyspace ([`kept_slot`]): its present entries as committed.
+    kept: [RefCell<Heads>; 2],
 }
 
 impl Writer {
@@ -52,11 +55,13 @@ impl Writer {
     /// and the update of what is kept). A failed commit forgets the same in its own match.
     fn forget(&mut self) {
         *self.greatest.get_mut() = Default::default();
-        self.heads.get_mut().clear();
+        for kept in &mut self.kept {
+            kept.get_mut().clear();
+        }
     }
 }
 
-/// The most bytes of thread heads [`Heads`] keeps, counted as keys, values and
+/// The most bytes of entries one [`Heads`] keeps, counted as keys, values and
 /// [`HEAD_OVERHEAD`] per entry. Past it, it starts again from empty.
 const HEADS_BYTES: usize = 8 << 20;
 
@@ -66,11 +71,12 @@ const HEADS_BYTES: usize = 8 << 20;
 /// alive too.
 const HEAD_OVERHEAD: usize = 160;
 
-/// Present thread heads (`thread_heads` keyspace) as the last commit left them, keyed by
-/// thread id. Only present ones: a thread not kept is read from RocksDB, so a kept entry is
-/// never the only knowledge that a head is absent. Every commit brings the kept ones up to
-/// date with its changes (a put replaces, a delete removes, a cleared keyspace empties it),
-/// in the same place where it updates the greatest entries; bounded by [`HEADS_BYTES`].
+/// Present entries of one kept keyspace ([`kept_slot`]: thread heads keyed by thread id, or
+/// `meta`) as the last commit left them. Only present ones: a key not kept is read from
+/// RocksDB, so a kept entry is never the only knowledge that an entry is absent. Every commit
+/// brings the kept ones up to date with its changes (a put replaces, a delete removes, a
+/// cleared keyspace empties it), in the same place where it updates the greatest entries;
+/// bounded by [`HEADS_BYTES`].
 ///
 /// The map lives across batches and agents choose its keys (thread ids), so it hashes with
 /// the standard library's SipHash under a random key rather than the per-batch maps'
@@ -117,6 +123,15 @@ impl Heads {
             Some(v) => self.keep(key, v),
             None => self.remove(key),
         }
+    }
+}
+
+/// The slot of a keyspace whose present entries the writer keeps, in [`Writer::kept`].
+const fn kept_slot(ks: Keyspace) -> Option<usize> {
+    match ks {
+        Keyspace::ThreadHeads => Some(0),
+        Keyspace::Meta => Some(1),
+        _ => None,
     }
 }
 
@@ -438,15 +453,16 @@ struct RocksTxn<'a> {
 
 impl Read for RocksTxn<'_> {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if ks != Keyspace::ThreadHeads {
+        let Some(slot) = kept_slot(ks) else {
             return self.engine.get_at(None, ks, key);
-        }
-        if let Some(v) = self.writer.heads.borrow().map.get(key) {
+        };
+        let kept = &self.writer.kept[slot];
+        if let Some(v) = kept.borrow().map.get(key) {
             return Ok(Some(v.clone()));
         }
         let read = self.engine.get_at(None, ks, key)?;
         if let Some(v) = &read {
-            self.writer.heads.borrow_mut().keep(key, v);
+            kept.borrow_mut().keep(key, v);
         }
         Ok(read)
     }
@@ -482,21 +498,22 @@ impl WriteTxn for RocksTxn<'_> {
         wo.set_sync(d == Durability::Synced);
         let written = e.db.write_opt(batch, &wo).map_err(engine_err("commit"));
         let mut greatest = self.writer.greatest.borrow_mut();
-        let mut heads = self.writer.heads.borrow_mut();
+        let mut kept = self.writer.kept.each_ref().map(RefCell::borrow_mut);
         match written {
             // The greatest put of each append-only keyspace (the changes are in key order) is
-            // its new greatest entry when above the one stored; the kept thread heads take the
-            // commit's clear, puts and deletes of theirs. One pass over the changes for both.
+            // its new greatest entry when above the one stored; the kept keyspaces' entries take
+            // the commit's clears, puts and deletes of theirs. One pass over the changes for
+            // both.
             Ok(()) => {
-                if changes.cleared().contains(&Keyspace::ThreadHeads) {
-                    heads.clear();
+                for slot in changes.cleared().iter().filter_map(|&ks| kept_slot(ks)) {
+                    kept[slot].clear();
                 }
                 // Only each keyspace's last put is copied (a batch of a thousand records
                 // copied every one before).
                 let mut last: [Option<(&[u8], &[u8])>; 2] = [None, None];
                 for (ks, key, value) in changes.iter() {
-                    if ks == Keyspace::ThreadHeads {
-                        heads.apply(key, value);
+                    if let Some(slot) = kept_slot(ks) {
+                        kept[slot].apply(key, value);
                     } else if let (Some(slot), Some(value)) = (greatest_slot(ks), value) {
                         last[slot] = Some((key, value));
                     }
@@ -511,7 +528,9 @@ impl WriteTxn for RocksTxn<'_> {
             }
             Err(_) => {
                 *greatest = Default::default();
-                heads.clear();
+                for k in &mut kept {
+                    k.clear();
+                }
             }
         }
         written
@@ -605,19 +624,40 @@ mod tests {
         assert_eq!(batch.len(), 5);
     }
 
-    /// A thread head read or committed is kept between transactions: read again, it costs no
-    /// RocksDB read, and a commit's put, delete or clear is what the next transaction reads. An
-    /// absent head is read each time (nothing keeps a head's absence), and after a writer
-    /// panicked every kept head is read again.
+    /// A thread head or `meta` entry read or committed is kept between transactions: read
+    /// again, it costs no RocksDB read, and a commit's put, delete or clear is what the next
+    /// transaction reads. An absent one is read each time (nothing keeps an absence), and after
+    /// a writer panicked every kept entry is read again. Another keyspace is read each time.
     #[test]
-    fn the_writer_keeps_the_thread_heads_it_read_and_wrote() {
+    fn the_writer_keeps_the_thread_heads_and_meta_it_read_and_wrote() {
+        for ks in [Keyspace::ThreadHeads, Keyspace::Meta] {
+            writer_keeps(ks);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(dir.path(), true).unwrap();
+        let mut c = Changes::new();
+        c.put(Keyspace::Requests, b"r1".to_vec(), b"state".to_vec());
+        e.begin_write()
+            .unwrap()
+            .commit(c, Durability::Synced)
+            .unwrap();
+        let txn = e.begin_write().unwrap();
+        let before = e.reads();
+        assert_eq!(
+            txn.get(Keyspace::Requests, b"r1").unwrap(),
+            Some(b"state".to_vec())
+        );
+        assert_eq!(e.reads() - before, 1, "only two keyspaces are kept");
+    }
+
+    fn writer_keeps(ks: Keyspace) {
         let dir = tempfile::tempdir().unwrap();
         let e = RocksEngine::open(dir.path(), true).unwrap();
         let commit = |c: Changes| e.begin_write().unwrap().commit(c, Durability::Synced);
         let heads = |pairs: &[(&[u8], &[u8])]| {
             let mut c = Changes::new();
             for (k, v) in pairs {
-                c.put(Keyspace::ThreadHeads, k.to_vec(), v.to_vec());
+                c.put(ks, k.to_vec(), v.to_vec());
             }
             c
         };
@@ -625,7 +665,7 @@ mod tests {
         let read = |e: &RocksEngine, key: &[u8]| {
             let txn = e.begin_write().unwrap();
             let before = e.reads();
-            let got = txn.get(Keyspace::ThreadHeads, key).unwrap();
+            let got = txn.get(ks, key).unwrap();
             (got, e.reads() - before)
         };
         commit(heads(&[(b"t1", b"head 1")])).unwrap();
@@ -644,12 +684,12 @@ mod tests {
         assert_eq!(read(&e, b"t1"), (Some(b"head 1b".to_vec()), 0));
         assert_eq!(read(&e, b"t2"), (Some(b"head 2".to_vec()), 0));
         let mut c = Changes::new();
-        c.delete(Keyspace::ThreadHeads, b"t1".to_vec());
+        c.delete(ks, b"t1".to_vec());
         commit(c).unwrap();
         assert_eq!(read(&e, b"t1"), (None, 1), "a deleted head is not kept");
         let mut c = Changes::new();
-        c.clear(Keyspace::ThreadHeads);
-        c.put(Keyspace::ThreadHeads, b"t3".to_vec(), b"head 3".to_vec());
+        c.clear(ks);
+        c.put(ks, b"t3".to_vec(), b"head 3".to_vec());
         commit(c).unwrap();
         assert_eq!(read(&e, b"t2"), (None, 1), "a cleared head is not kept");
         assert_eq!(read(&e, b"t3"), (Some(b"head 3".to_vec()), 0));
