@@ -346,12 +346,12 @@ pub fn append_only(engine: &dyn Engine) -> Result<(), String> {
 /// kind of commit: a put, an overwrite, a delete, a key read absent and then put, a refused
 /// commit, a dropped transaction, a commit of other keys only, and a clear with a put in the
 /// same commit. Each is asked twice, in transactions of their own, and of a snapshot (an
-/// engine may keep what its writer read or wrote between transactions, the thread heads above
-/// all; it must not keep anything wrong).
+/// engine may keep what its writer read or wrote between transactions, the thread heads and
+/// `meta` above all; it must not keep anything wrong).
 pub fn write_get_follows_commits(engine: &dyn Engine) -> Result<(), String> {
     // A record the refused commits below try to overwrite.
     commit(engine, put(Keyspace::Records, &[(b"r5", b"record 5")]))?;
-    for ks in [Keyspace::ThreadHeads, Keyspace::Requests] {
+    for ks in [Keyspace::ThreadHeads, Keyspace::Meta, Keyspace::Requests] {
         let get = |key: &[u8], what: &str, want: Option<&[u8]>| -> Result<(), String> {
             for _ in 0..2 {
                 let txn = engine.begin_write().map_err(se)?;
