@@ -35,7 +35,7 @@ pub struct RocksEngine {
 /// can change (the writer mutex here, the data directory's lock across processes), so they stay
 /// exact. A commit that fails forgets them, and the next transaction reads them again.
 ///
-/// It also keeps the present entries it has read or written of two keyspaces ([`Heads`],
+/// It also keeps the present entries it has read or written of two keyspaces ([`Kept`],
 /// [`kept_slot`]): the thread heads, since the gate reads the head of every record's thread
 /// and a batch of a thousand interrupts over a thousand busy threads asked RocksDB for each of
 /// them again (docs/performance.md, "Thread heads kept between batches"); and `meta`, whose
@@ -48,7 +48,7 @@ struct Writer {
     /// Per append-only keyspace ([`greatest_slot`]): `None` not read yet, `Some(None)` empty.
     greatest: RefCell<[Option<Option<Entry>>; 2]>,
     /// Per kept keyspace ([`kept_slot`]): its present entries as committed.
-    kept: [RefCell<Heads>; 2],
+    kept: [RefCell<Kept>; 2],
 }
 
 impl Writer {
@@ -62,35 +62,35 @@ impl Writer {
     }
 }
 
-/// The most bytes of entries one [`Heads`] keeps, counted as keys, values and
-/// [`HEAD_OVERHEAD`] per entry. Past it, it starts again from empty.
-const HEADS_BYTES: usize = 8 << 20;
+/// The most bytes of entries one [`Kept`] keeps, counted as keys, values and
+/// [`KEPT_OVERHEAD`] per entry. Past it, it starts again from empty.
+const KEPT_BYTES: usize = 8 << 20;
 
-/// What a kept thread head costs beside its key and value: the hash table's share (a 48-byte
+/// What a kept entry costs beside its key and value: the hash table's share (a 48-byte
 /// slot in a table between 7/16 and 7/8 full, so up to about 110 bytes) and the rounding of the
 /// key's and the value's allocations. An estimate: while the table doubles, the old one is
 /// alive too.
-const HEAD_OVERHEAD: usize = 160;
+const KEPT_OVERHEAD: usize = 160;
 
 /// Present entries of one kept keyspace ([`kept_slot`]: thread heads keyed by thread id, or
 /// `meta`) as the last commit left them. Only present ones: a key not kept is read from
 /// RocksDB, so a kept entry is never the only knowledge that an entry is absent. Every commit
 /// brings the kept ones up to date with its changes (a put replaces, a delete removes, a
 /// cleared keyspace empties it), in the same place where it updates the greatest entries;
-/// bounded by [`HEADS_BYTES`].
+/// bounded by [`KEPT_BYTES`].
 ///
 /// The map lives across batches and agents choose its keys (thread ids), so it hashes with
 /// the standard library's SipHash under a random key rather than the per-batch maps'
 /// foldhash (`crate::hashing`), whose resistance to chosen collisions is only minimal.
 #[derive(Default)]
-struct Heads {
+struct Kept {
     map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
     bytes: usize,
 }
 
-impl Heads {
+impl Kept {
     fn cost(key: &[u8], value: &[u8]) -> usize {
-        key.len() + value.len() + HEAD_OVERHEAD
+        key.len() + value.len() + KEPT_OVERHEAD
     }
 
     fn clear(&mut self) {
@@ -105,14 +105,14 @@ impl Heads {
     }
 
     /// Keeps `value` as the head of `key`, replacing what was kept; starts again from empty
-    /// first when it would pass [`HEADS_BYTES`].
+    /// first when it would pass [`KEPT_BYTES`].
     fn keep(&mut self, key: &[u8], value: &[u8]) {
         self.remove(key);
         let cost = Self::cost(key, value);
-        if self.bytes + cost > HEADS_BYTES {
+        if self.bytes + cost > KEPT_BYTES {
             self.clear();
         }
-        if cost <= HEADS_BYTES {
+        if cost <= KEPT_BYTES {
             self.map.insert(key.to_vec(), value.to_vec());
             self.bytes += cost;
         }
@@ -655,7 +655,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = RocksEngine::open(dir.path(), true).unwrap();
         let commit = |c: Changes| e.begin_write().unwrap().commit(c, Durability::Synced);
-        let heads = |pairs: &[(&[u8], &[u8])]| {
+        let puts = |pairs: &[(&[u8], &[u8])]| {
             let mut c = Changes::new();
             for (k, v) in pairs {
                 c.put(ks, k.to_vec(), v.to_vec());
@@ -669,7 +669,7 @@ mod tests {
             let got = txn.get(ks, key).unwrap();
             (got, e.reads() - before)
         };
-        commit(heads(&[(b"t1", b"head 1")])).unwrap();
+        commit(puts(&[(b"t1", b"head 1")])).unwrap();
         assert_eq!(
             read(&e, b"t1"),
             (Some(b"head 1".to_vec()), 0),
@@ -681,7 +681,7 @@ mod tests {
             (None, 1),
             "an absent head is read each time"
         );
-        commit(heads(&[(b"t2", b"head 2"), (b"t1", b"head 1b")])).unwrap();
+        commit(puts(&[(b"t2", b"head 2"), (b"t1", b"head 1b")])).unwrap();
         assert_eq!(read(&e, b"t1"), (Some(b"head 1b".to_vec()), 0));
         assert_eq!(read(&e, b"t2"), (Some(b"head 2".to_vec()), 0));
         let mut c = Changes::new();
@@ -721,22 +721,22 @@ mod tests {
     /// head larger than the bound is not kept at all.
     #[test]
     fn the_kept_thread_heads_are_bounded() {
-        let mut h = Heads::default();
+        let mut h = Kept::default();
         let value = vec![7u8; 1000];
-        let per = Heads::cost(b"thread-00000000", &value);
-        for i in 0..(2 * HEADS_BYTES / per) {
+        let per = Kept::cost(b"thread-00000000", &value);
+        for i in 0..(2 * KEPT_BYTES / per) {
             h.keep(format!("thread-{i:08}").as_bytes(), &value);
-            assert!(h.bytes <= HEADS_BYTES, "{} bytes kept", h.bytes);
+            assert!(h.bytes <= KEPT_BYTES, "{} bytes kept", h.bytes);
             assert_eq!(
                 h.bytes,
-                h.map.iter().map(|(k, v)| Heads::cost(k, v)).sum::<usize>(),
+                h.map.iter().map(|(k, v)| Kept::cost(k, v)).sum::<usize>(),
                 "the count of bytes drifted"
             );
         }
-        assert!(h.map.len() < 2 * HEADS_BYTES / per);
-        h.keep(b"huge", &vec![1u8; HEADS_BYTES]);
+        assert!(h.map.len() < 2 * KEPT_BYTES / per);
+        h.keep(b"huge", &vec![1u8; KEPT_BYTES]);
         assert!(!h.map.contains_key(b"huge".as_slice()));
-        assert!(h.bytes <= HEADS_BYTES);
+        assert!(h.bytes <= KEPT_BYTES);
     }
 
     /// The compaction settings per keyspace are the ones the database runs with: read back
