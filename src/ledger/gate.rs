@@ -16,7 +16,7 @@ use crate::format::body::{
 };
 use crate::format::record::{ACTION_SCHEMA, Actor, REFUSALS_THREAD, hex_hash};
 use crate::index;
-use crate::model::action::{Action, idempotency_key, redact};
+use crate::model::action::{Action, apply_redaction, idempotency_key, redact, redaction_pointers};
 use crate::model::decide::{self, TicketOwner};
 use crate::model::policy::Mode;
 use crate::model::request::{
@@ -244,8 +244,11 @@ impl Batch<'_, '_, '_> {
             None => policy.review_window_seconds,
         };
         let key = &self.ledger.id.key;
-        let red = redact(key, &rid, &req.action, &req.redact, &policy.redact)?;
-        let digest = req.action.digest(key, &rid, !red.applied.is_empty());
+        // The digest is of the clear action; the arguments are then moved into the body, not
+        // copied, with the applied pointers' values replaced.
+        let applied = redaction_pointers(&req.action.args, &req.redact, &policy.redact)?;
+        let digest = req.action.digest(key, &rid, !applied.is_empty());
+        let args = apply_redaction(key, &rid, req.action.args, &applied);
         let allowed = req
             .allowed_decisions
             .iter()
@@ -254,8 +257,8 @@ impl Batch<'_, '_, '_> {
         let body = Body::Interrupt(InterruptBody {
             interrupt_id: req.interrupt_id,
             tool: req.action.tool,
-            args: red.args,
-            redacted: red.applied,
+            args,
+            redacted: applied,
             action_digest: digest,
             action_schema: ACTION_SCHEMA.to_owned(),
             allowed_decisions: allowed,

@@ -259,9 +259,26 @@ fn resolve_mut<'a>(args: &'a mut Map<String, Value>, tokens: &[String]) -> Optio
     Some(cur)
 }
 
+/// Whether `tokens` name a value in `args` (read-only: nothing is copied).
 fn resolves(args: &Map<String, Value>, tokens: &[String]) -> bool {
-    let mut copy = args.clone();
-    resolve_mut(&mut copy, tokens).is_some()
+    let Some((first, rest)) = tokens.split_first() else {
+        return false;
+    };
+    let Some(mut cur) = args.get(first) else {
+        return false;
+    };
+    for tok in rest {
+        let next = match cur {
+            Value::Object(m) => m.get(tok),
+            Value::Array(a) => array_index(tok, a.len()).and_then(|i| a.get(i)),
+            _ => None,
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        cur = next;
+    }
+    true
 }
 
 /// Checks a request's `redact` list: each pointer well-formed, not `""`, no duplicates.
@@ -294,12 +311,12 @@ pub struct Redaction {
     pub applied: Vec<String>,
 }
 
-/// Redacts `action.args` for request `request_id`. `required` pointers (the request's own) must
-/// each resolve; `optional` ones (policy) apply where they resolve. A pointer below another
-/// applied pointer is covered by it (the ancestor's clear value is hashed as a whole).
+/// Redacts `action.args` for request `request_id`: [`redaction_pointers`], then
+/// [`apply_redaction`] to a copy of the arguments. A caller that owns the action and needs its
+/// clear digest calls the two itself and moves the arguments instead of copying them.
 ///
 /// # Errors
-/// `invalid_redaction` when a required pointer is malformed or does not resolve.
+/// As [`redaction_pointers`].
 pub fn redact(
     key: &RedactionKey,
     request_id: &str,
@@ -307,11 +324,26 @@ pub fn redact(
     required: &[String],
     optional: &[String],
 ) -> Result<Redaction> {
+    let applied = redaction_pointers(&action.args, required, optional)?;
+    let args = apply_redaction(key, request_id, action.args.clone(), &applied);
+    Ok(Redaction { args, applied })
+}
+
+/// The pointers a redaction of `args` applies, sorted: `required` pointers (the request's own)
+/// must each resolve; `optional` ones (policy) apply where they resolve.
+///
+/// # Errors
+/// `invalid_redaction` when a required pointer is malformed or does not resolve.
+pub fn redaction_pointers(
+    args: &Map<String, Value>,
+    required: &[String],
+    optional: &[String],
+) -> Result<Vec<String>> {
     check_request_pointers(required)?;
     let mut applied: BTreeSet<String> = BTreeSet::new();
     for p in required {
         let toks = parse_pointer(p)?;
-        if !resolves(&action.args, &toks) {
+        if !resolves(args, &toks) {
             return Err(Error::new(
                 ErrorCode::InvalidRedaction,
                 format!(
@@ -324,20 +356,35 @@ pub fn redact(
     }
     for p in optional {
         if let Ok(toks) = parse_pointer(p)
-            && resolves(&action.args, &toks)
+            && resolves(args, &toks)
         {
             applied.insert(p.clone());
         }
     }
-    let parsed: Vec<(String, Vec<String>)> = applied
+    Ok(applied.into_iter().collect())
+}
+
+/// `args` as stored for request `request_id`: the value at each of the `applied` pointers
+/// (from [`redaction_pointers`] over the same `args`) replaced by its keyed hash. A pointer
+/// below another applied pointer is covered by it (the ancestor's clear value is hashed as a
+/// whole).
+pub fn apply_redaction(
+    key: &RedactionKey,
+    request_id: &str,
+    mut args: Map<String, Value>,
+    applied: &[String],
+) -> Map<String, Value> {
+    if applied.is_empty() {
+        return args;
+    }
+    let parsed: Vec<Vec<String>> = applied
         .iter()
-        .map(|p| (p.clone(), parse_pointer(p).unwrap_or_default()))
+        .map(|p| parse_pointer(p).unwrap_or_default())
         .collect();
-    let mut args = action.args.clone();
-    for (_, toks) in &parsed {
+    for toks in &parsed {
         let covered = parsed
             .iter()
-            .any(|(_, other)| other.len() < toks.len() && toks.starts_with(other));
+            .any(|other| other.len() < toks.len() && toks.starts_with(other));
         if covered {
             continue;
         }
@@ -346,10 +393,7 @@ pub fn redact(
             *slot = Value::String(stand_in);
         }
     }
-    Ok(Redaction {
-        args,
-        applied: applied.into_iter().collect(),
-    })
+    args
 }
 
 #[cfg(test)]
@@ -467,6 +511,84 @@ mod tests {
             );
         }
         assert!(redact(&key, "r", &a, &["/a/1".into()], &[]).is_ok());
+    }
+
+    /// Arguments of a few levels, with keys and array positions that pointers below may name.
+    fn args_strategy() -> impl proptest::strategy::Strategy<Value = Map<String, Value>> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<i32>().prop_map(|n| json!(n)),
+            "[a-c]{0,3}".prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(3, 24, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map("[a-c~/]{0,2}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        prop::collection::btree_map("[a-c~/]{0,2}", value, 0..4)
+            .prop_map(|m| m.into_iter().collect())
+    }
+
+    /// Pointers over the same few names, escapes and array positions (some malformed).
+    fn pointer_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop::collection::vec(
+            prop_oneof![
+                "[a-c]{0,2}",
+                Just("~0".to_string()),
+                Just("~1".to_string()),
+                "[0-2]",
+                Just("01".to_string())
+            ],
+            0..4,
+        )
+        .prop_map(|toks| toks.iter().map(|t| format!("/{t}")).collect())
+    }
+
+    proptest::proptest! {
+        /// The read-only `resolves` (which decides what is applied) agrees with `resolve_mut`
+        /// (which replaces the value) on every pointer: a pointer judged to resolve whose
+        /// value were then not found would be listed as redacted while stored in clear.
+        #[test]
+        fn a_pointer_resolves_exactly_where_its_value_is_replaced(
+            args in args_strategy(),
+            ptrs in proptest::collection::vec(pointer_strategy(), 0..4),
+        ) {
+            let key = RedactionKey::from_bytes([7; 32]);
+            for p in &ptrs {
+                let Ok(toks) = parse_pointer(p) else { continue };
+                let mut copy = args.clone();
+                proptest::prop_assert_eq!(
+                    resolves(&args, &toks),
+                    resolve_mut(&mut copy, &toks).is_some(),
+                    "{}", p
+                );
+            }
+            let applied = redaction_pointers(&args, &[], &ptrs).unwrap();
+            let stored = apply_redaction(&key, "r", args.clone(), &applied);
+            for p in &applied {
+                let toks = parse_pointer(p).unwrap();
+                let covered = applied.iter().any(|o| {
+                    let o = parse_pointer(o).unwrap();
+                    o.len() < toks.len() && toks.starts_with(&o)
+                });
+                let mut clear = args.clone();
+                let mut kept = stored.clone();
+                let before = resolve_mut(&mut clear, &toks).unwrap().clone();
+                if !covered {
+                    proptest::prop_assert_eq!(
+                        resolve_mut(&mut kept, &toks).unwrap().clone(),
+                        Value::String(redacted_value(&key, "r", &before))
+                    );
+                }
+            }
+            if applied.is_empty() {
+                proptest::prop_assert_eq!(stored, args);
+            }
+        }
     }
 
     #[test]
