@@ -116,9 +116,10 @@ pub const DERIVED_VERSION_KEY: &[u8] = b"derived_version";
 /// per-minute denial counters of the `/metrics` gauges; 5 the tree as tiles of 256 hashes and
 /// the tree's frontier beside the head; 6 a thread's tenant in its head entry, and a request's
 /// interrupt, closing decision and counted approvals read from its state instead of entries of
-/// their own in `idempotency`. A store whose derived state has another version refuses writes
-/// until `reindex` has rebuilt it from its records.
-pub const DERIVED_VERSION: u64 = 6;
+/// their own in `idempotency`; 7 a request's interrupt found through its state's `interrupt_seq`
+/// instead of a `request_records` entry of its own. A store whose derived state has another
+/// version refuses writes until `reindex` has rebuilt it from its records.
+pub const DERIVED_VERSION: u64 = 7;
 
 /// Key of the tree's frontier (the roots of its perfect subtrees, one per binary digit of the
 /// size, largest first), in `meta`: size (u64 BE) ‖ the hashes; absent while the log is empty.

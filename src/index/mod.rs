@@ -379,8 +379,9 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
         put_fact(view, seq, r, None, false, tenant.as_deref());
         return Ok(());
     };
-    view.put(Cf::RequestRecords, request_record_key(rid, seq), Vec::new());
     if r.kind == Kind::Interrupt {
+        // The request's own `request_records` entries are its later records: the interrupt is
+        // its state's `interrupt_seq` (version 7).
         let mut st = RequestState::opened(r, seq);
         if let Some(original) = &st.edit_of {
             // An edit's new request is the reviewer's record, and the original's tenant's.
@@ -433,6 +434,7 @@ pub fn apply(view: &mut View, seq: u64, leaf_hash: &Hash, r: &Record) -> Result<
             ),
         )
     })?;
+    view.put(Cf::RequestRecords, request_record_key(rid, seq), Vec::new());
     view.put(
         Cf::RequestRecords,
         tenant_record_key(&st.tenant, seq),

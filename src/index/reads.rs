@@ -248,19 +248,34 @@ pub fn denial_counts_since(r: &dyn Read, from: i64) -> Result<Vec<(i64, DenialMo
     Ok(out)
 }
 
-/// The seqs of every record naming the request, ascending.
+/// The seqs of every record naming the request, ascending: its interrupt (`interrupt_seq`,
+/// from the request's state) and the records its `request_records` entries name, all later.
+/// An entry at the interrupt itself (a store of derived version 6 not yet reindexed, which
+/// this build still reads) is the interrupt, listed once.
 ///
 /// # Errors
-/// A storage error; `corrupt_store` for a malformed key.
-pub fn request_record_seqs(r: &dyn Read, rid: &str) -> Result<Vec<u64>> {
+/// A storage error; `corrupt_store` for a malformed key or an entry before the interrupt.
+pub fn request_record_seqs(r: &dyn Read, rid: &str, interrupt_seq: u64) -> Result<Vec<u64>> {
     let prefix = crate::codec::join(rid.as_bytes(), &[]);
-    let mut out = Vec::new();
+    let mut out = vec![interrupt_seq];
     for item in scan_prefix(r, Keyspace::RequestRecords, &prefix) {
         let (k, _) = item?;
-        out.push(
-            read_be(&k[prefix.len()..])
-                .ok_or_else(|| Error::corrupt("a request_records key is malformed"))?,
-        );
+        let seq = read_be(&k[prefix.len()..])
+            .filter(|_| k.len() == prefix.len() + 8)
+            .ok_or_else(|| Error::corrupt("a request_records key is malformed"))?;
+        if seq == interrupt_seq {
+            continue;
+        }
+        if seq < interrupt_seq {
+            return Err(Error::corrupt_at(
+                seq,
+                format!(
+                    "request {q_rid} has a request_records entry at {seq}, before its interrupt {interrupt_seq}",
+                    q_rid = crate::codec::quoted(rid)
+                ),
+            ));
+        }
+        out.push(seq);
     }
     Ok(out)
 }

@@ -128,7 +128,7 @@ impl Ledger {
     pub fn request_view(&self, request_id: &str) -> Result<RequestView> {
         let snap = self.engine.snapshot()?;
         let state = index::request(&*snap, request_id)?.ok_or_else(|| not_found(request_id))?;
-        let records = index::request_record_seqs(&*snap, request_id)?
+        let records = index::request_record_seqs(&*snap, request_id, state.interrupt_seq)?
             .into_iter()
             .map(|seq| index::record(&*snap, seq).map(|(r, _)| r))
             .collect::<Result<_>>()?;
@@ -158,7 +158,7 @@ impl Ledger {
     ) -> Result<RequestPage> {
         let snap = self.engine.snapshot()?;
         let state = index::request(&*snap, request_id)?.ok_or_else(|| not_found(request_id))?;
-        let seqs = index::request_record_seqs(&*snap, request_id)?;
+        let seqs = index::request_record_seqs(&*snap, request_id, state.interrupt_seq)?;
         let from = after.map_or(0, |a| seqs.partition_point(|s| *s <= a));
         let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut bytes = 0usize;

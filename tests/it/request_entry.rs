@@ -1,8 +1,10 @@
-//! Derived version 6 (`docs/format.md`): a request's interrupt, closing decision and counted
-//! approvals are read from its state entry, and a thread's tenant from its head entry, instead
-//! of entries of their own; and the migration of a store an older build wrote (version 5):
-//! writes are refused until `reindex`, which leaves exactly what a fresh ledger has, after which
-//! every idempotent answer is the one it was.
+//! Derived versions 6 and 7 (`docs/format.md`): a request's interrupt, closing decision and
+//! counted approvals are read from its state entry, and a thread's tenant from its head entry,
+//! instead of entries of their own (6); a request's interrupt is not among its
+//! `request_records` entries, its state's `interrupt_seq` names it (7); and the migration of a
+//! store an older build wrote (versions 5 and 6): writes are refused until `reindex`, which
+//! leaves exactly what a fresh ledger has, after which every idempotent answer is the one it
+//! was.
 
 use hitl_ledger::error::ErrorCode;
 use hitl_ledger::index;
@@ -237,4 +239,117 @@ fn a_batch_over_derived_state_of_another_version_writes_nothing() {
         "{e}"
     );
     assert_eq!(f.size(), n, "nothing written");
+}
+
+/// The seqs `request_records` lists for `rid` (its `rid ‖ 0 ‖ seq` entries).
+fn request_entry_seqs(f: &Fixture, rid: &str) -> Vec<u64> {
+    let mut prefix = rid.as_bytes().to_vec();
+    prefix.push(0);
+    entries(f, Keyspace::RequestRecords)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, _)| u64::from_be_bytes(k[prefix.len()..].try_into().unwrap()))
+        .collect()
+}
+
+/// The seqs of every record naming `rid`, from the records themselves.
+fn naming(f: &Fixture, rid: &str) -> Vec<u64> {
+    (0..f.size())
+        .filter(|&seq| f.l().record(seq).unwrap().unwrap().0.request_id.as_deref() == Some(rid))
+        .collect()
+}
+
+#[test]
+fn a_requests_interrupt_is_its_state_not_an_entry_and_its_records_are_all_listed() {
+    let f = history();
+    for rid in requests(&f) {
+        let st = f.l().request_state(&rid).unwrap().unwrap();
+        let all = naming(&f, &rid);
+        assert_eq!(all.first(), Some(&st.interrupt_seq), "{rid}");
+        // The entries name every later record and not the interrupt.
+        assert_eq!(request_entry_seqs(&f, &rid), all[1..].to_vec(), "{rid}");
+        // What the reads answer is every record, the interrupt first.
+        let view = f.l().request_view(&rid).unwrap();
+        let listed: Vec<u64> = view.records.iter().map(|r| r.seq).collect();
+        assert_eq!(listed, all, "{rid}");
+        let page = f.l().request_page(&rid, None, 100).unwrap();
+        let paged: Vec<u64> = page.records.iter().map(|(s, _)| *s).collect();
+        assert_eq!(paged, all, "{rid}");
+        let after = f.l().request_page(&rid, Some(all[0]), 100).unwrap();
+        let paged: Vec<u64> = after.records.iter().map(|(s, _)| *s).collect();
+        assert_eq!(paged, all[1..].to_vec(), "{rid}");
+    }
+}
+
+/// Re-adds, on a closed ledger, the entry a version-6 build gave each request's interrupt in
+/// `request_records`, and that version's number.
+fn rewind_to_version_6(f: &mut Fixture) {
+    let interrupts: Vec<(String, u64)> = requests(f)
+        .into_iter()
+        .map(|r| {
+            let seq = f.l().request_state(&r).unwrap().unwrap().interrupt_seq;
+            (r, seq)
+        })
+        .collect();
+    f.close();
+    let engine = engine_of(f.path());
+    let txn = engine.begin_write().unwrap();
+    let mut c = Changes::new();
+    for (rid, seq) in &interrupts {
+        let mut k = rid.as_bytes().to_vec();
+        k.push(0);
+        k.extend_from_slice(&seq.to_be_bytes());
+        c.put(Keyspace::RequestRecords, k, Vec::new());
+    }
+    stage_derived_version(&mut c, 6);
+    txn.commit(c, Durability::Synced).unwrap();
+}
+
+#[test]
+fn a_version_6_store_is_read_as_it_was_and_refused_writes_until_reindex_drops_its_entries() {
+    let mut f = history();
+    let fresh = entries(&f, Keyspace::RequestRecords);
+    let views: Vec<_> = requests(&f)
+        .iter()
+        .map(|r| f.l().request_view(r).unwrap().records)
+        .collect();
+    rewind_to_version_6(&mut f);
+    f.reopen();
+    assert_ne!(entries(&f, Keyspace::RequestRecords), fresh);
+    // Before `reindex`, a request's records read as they did: the interrupt once.
+    let before: Vec<_> = requests(&f)
+        .iter()
+        .map(|r| f.l().request_view(r).unwrap().records)
+        .collect();
+    assert_eq!(before, views);
+    assert_writes_refused_until_reindex(&f, 6);
+    f.l().reindex().unwrap();
+    assert_eq!(
+        entries(&f, Keyspace::RequestRecords),
+        fresh,
+        "what a fresh ledger has"
+    );
+    let v = f.l().verify(None, &mut |_, _| {}).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    f.reopen();
+    f.interrupt("req-after", "thread-0", refund(7));
+}
+
+/// An entry of a request's before its interrupt cannot come from any record: the store is
+/// corrupt, and the read says so instead of listing it.
+#[test]
+fn a_request_entry_before_its_interrupt_is_corrupt_not_listed() {
+    let mut f = history();
+    let st = f.l().request_state("req-1-1").unwrap().unwrap();
+    assert!(st.interrupt_seq > 0);
+    let mut k = b"req-1-1".to_vec();
+    k.push(0);
+    k.extend_from_slice(&(st.interrupt_seq - 1).to_be_bytes());
+    let s = f.raw_store();
+    s.raw_put(Keyspace::RequestRecords, &k, b"").unwrap();
+    drop(s);
+    f.reopen();
+    let e = f.l().request_view("req-1-1").unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    assert!(e.message().contains("before its interrupt"), "{e}");
 }
