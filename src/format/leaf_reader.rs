@@ -6,7 +6,8 @@
 //! understands:
 //!
 //! 1. the allocation-free canonical scanner ([`jcs_check::scan`]) checks the whole leaf and
-//!    reports where each of the outermost object's members lies;
+//!    reports, in the same one pass, where each member of the envelope lies and each member
+//!    of the objects the envelope holds (the actor's, the body's);
 //! 2. each envelope member is read with the type the reader requires (a string, a plain
 //!    integer within 2^53 − 1, 64 lowercase hex digits, `null` where allowed), the actor's
 //!    members the same way from its own slice, and the body's members the same way into its
@@ -83,20 +84,109 @@ const fn ascending(names: &[&str]) -> bool {
 
 const _: () = assert!(ascending(&ENVELOPE) && ascending(&ACTOR));
 
+/// A leaf's members from one scan: the envelope's, and those of the objects that are its
+/// values (the actor's and the body's).
+struct Scanned {
+    /// Each envelope member's value, by its index in [`ENVELOPE`].
+    envelope: [Option<Range<usize>>; ENVELOPE.len()],
+    /// The members of objects nested one level (depth 2), in input order.
+    nested: Vec<Member>,
+    /// For each envelope member, which of `nested` lie in its value (the members of the object
+    /// it holds; none for any other value).
+    nested_of: [Range<usize>; ENVELOPE.len()],
+}
+
+impl Scanned {
+    /// Scans `leaf` once: `None` when it is not canonical JSON, or its outermost object has a
+    /// member not in [`ENVELOPE`].
+    fn of(leaf: &[u8]) -> Option<Scanned> {
+        let mut envelope: [Option<Range<usize>>; ENVELOPE.len()] = std::array::from_fn(|_| None);
+        let mut nested_of: [Range<usize>; ENVELOPE.len()] = std::array::from_fn(|_| 0..0);
+        let mut nested: Vec<Member> = Vec::with_capacity(16);
+        let mut known = true;
+        let mut next = 0;
+        let mut start = 0;
+        // A nested object's members are reported before the envelope member that holds it, so
+        // the nested members since the last envelope member are exactly that member's.
+        let canonical = jcs_check::scan(leaf, 2, &mut |m: &Member| {
+            if m.depth == 2 {
+                nested.push(m.clone());
+                return;
+            }
+            match cursor(&ENVELOPE, &mut next, &leaf[m.name.clone()], m.name_escaped) {
+                Some(i) => {
+                    envelope[i] = Some(m.value.clone());
+                    nested_of[i] = start..nested.len();
+                }
+                None => known = false,
+            }
+            start = nested.len();
+        });
+        (canonical && known).then_some(Scanned {
+            envelope,
+            nested,
+            nested_of,
+        })
+    }
+
+    /// The value of envelope member `name`, `None` when absent.
+    fn value(&self, name: &str) -> Option<Range<usize>> {
+        let i = ENVELOPE.binary_search(&name).ok()?;
+        self.envelope[i].clone()
+    }
+
+    /// The members of the object envelope member `name` holds, by their index in `names`
+    /// (sorted): `None` when it holds a member not in `names`; no members when the value is
+    /// not an object.
+    fn fields<const N: usize>(
+        &self,
+        leaf: &[u8],
+        name: &str,
+        names: &[&str; N],
+    ) -> Option<[Option<Range<usize>>; N]> {
+        let i = ENVELOPE.binary_search(&name).ok()?;
+        let mut at: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
+        let mut next = 0;
+        for m in &self.nested[self.nested_of[i].clone()] {
+            let k = cursor(names, &mut next, &leaf[m.name.clone()], m.name_escaped)?;
+            at[k] = Some(m.value.clone());
+        }
+        Some(at)
+    }
+}
+
+/// One step of the walk of an object's members, in order, against `names` (sorted): the index
+/// in `names` of the member named `name`, `None` when it is none of them. The names are sorted
+/// and a canonical object's members come in that order (ASCII names sort the same in UTF-16
+/// and in bytes), so one cursor walks both: a member the cursor passes is not one of `names`,
+/// and bytes out of order are not canonical, refused whatever the walk found.
+fn cursor(names: &[&str], next: &mut usize, name: &[u8], escaped: bool) -> Option<usize> {
+    while *next < names.len() && names[*next].as_bytes() < name {
+        *next += 1;
+    }
+    match names.get(*next) {
+        // A canonical name never escapes a letter, so an escaped name is none of these.
+        Some(n) if n.as_bytes() == name && !escaped => {
+            *next += 1;
+            Some(*next - 1)
+        }
+        _ => None,
+    }
+}
+
 /// Reads a record from a leaf the typed way, or `None` when the leaf is anything but a
 /// canonical, valid record of a form this reader takes (then [`Record::from_leaf`] answers).
+/// One scan of the leaf checks it and finds every member of the envelope, the actor and the
+/// body.
 pub fn read(leaf: &[u8]) -> Option<Record> {
-    let at = members(leaf, &ENVELOPE)?;
-    let field = |name: &str| -> Option<&[u8]> {
-        let i = ENVELOPE.binary_search(&name).ok()?;
-        at[i].clone().map(|r| &leaf[r])
-    };
+    let scanned = Scanned::of(leaf)?;
+    let field = |name: &str| -> Option<&[u8]> { scanned.value(name).map(|r| &leaf[r]) };
     if integer(field("v")?)? != FORMAT_VERSION {
         return None;
     }
-    let actor_bytes = field("actor")?;
-    let actor_at = members(actor_bytes, &ACTOR)?;
-    let actor_field = |i: usize| actor_at[i].clone().map(|r| &actor_bytes[r]);
+    field("actor")?;
+    let actor_at = scanned.fields(leaf, "actor", &ACTOR)?;
+    let actor_field = |i: usize| actor_at[i].clone().map(|r| &leaf[r]);
     let actor = Actor {
         principal: string(actor_field(0)?)?,
         role: string(actor_field(1)?)?,
@@ -108,7 +198,11 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
         groups: Vec::new(),
     };
     let kind = Kind::parse(&string(field("kind")?)?)?;
-    let body = body(kind, field("body")?)?;
+    let body_value = field("body")?;
+    if body_value.first() != Some(&b'{') {
+        return None;
+    }
+    let body = body(kind, leaf, &scanned)?;
     let record = Record {
         origin: string(field("origin")?)?,
         seq: integer(field("seq")?)?,
@@ -132,7 +226,7 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
 /// Reads the body of a `kind` record, its members by their types (only the open JSON parts, an
 /// action's arguments, a policy document, a follow-up's detail object, are parsed as JSON);
 /// `None` for a member missing, unknown or of another type.
-fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
+fn body(kind: Kind, leaf: &[u8], scanned: &Scanned) -> Option<Body> {
     /// The members of each kind's body, in canonical order.
     const INTERRUPT: [&str; 10] = [
         "action_digest",
@@ -204,14 +298,12 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
         at: [Option<Range<usize>>; N],
     }
     impl<'a, const N: usize> Fields<'a, N> {
-        fn of(bytes: &'a [u8], names: &'a [&'a str; N]) -> Option<Self> {
-            if bytes.first() != Some(&b'{') {
-                return None;
-            }
+        /// The body's members (the caller checked that the body is an object).
+        fn of(leaf: &'a [u8], scanned: &Scanned, names: &'a [&'a str; N]) -> Option<Self> {
             Some(Fields {
-                bytes,
+                bytes: leaf,
                 names,
-                at: members(bytes, names)?,
+                at: scanned.fields(leaf, "body", names)?,
             })
         }
         /// A member's value, `None` when absent.
@@ -274,7 +366,7 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
 
     Some(match kind {
         Kind::Interrupt => {
-            let f = Fields::of(bytes, &INTERRUPT)?;
+            let f = Fields::of(leaf, scanned, &INTERRUPT)?;
             Body::Interrupt(InterruptBody {
                 interrupt_id: f.text("interrupt_id")?,
                 tool: f.text("tool")?,
@@ -289,7 +381,7 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::Decision => {
-            let f = Fields::of(bytes, &DECISION)?;
+            let f = Fields::of(leaf, scanned, &DECISION)?;
             Body::Decision(DecisionBody {
                 decision: f.text("decision")?,
                 rationale: f.nullable("rationale")?,
@@ -309,7 +401,7 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::Rejection => {
-            let f = Fields::of(bytes, &REJECTION)?;
+            let f = Fields::of(leaf, scanned, &REJECTION)?;
             Body::Rejection(RejectionBody {
                 rationale: f.text("rationale")?,
                 ticket_id: f.text("ticket_id")?,
@@ -317,7 +409,7 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::FollowUp => {
-            let f = Fields::of(bytes, &FOLLOW_UP)?;
+            let f = Fields::of(leaf, scanned, &FOLLOW_UP)?;
             let detail = f.get("detail")?;
             Body::FollowUp(FollowUpBody {
                 follow_up_id: f.text("follow_up_id")?,
@@ -333,7 +425,7 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::Authorization => {
-            let f = Fields::of(bytes, &AUTHORIZATION)?;
+            let f = Fields::of(leaf, scanned, &AUTHORIZATION)?;
             Body::Authorization(AuthorizationBody {
                 ticket_id: f.text("ticket_id")?,
                 attempt_id: f.nullable("attempt_id")?,
@@ -348,20 +440,20 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::Timeout => {
-            let f = Fields::of(bytes, &TIMEOUT)?;
+            let f = Fields::of(leaf, scanned, &TIMEOUT)?;
             Body::Timeout(TimeoutBody {
                 expires_at: f.text("expires_at")?,
             })
         }
         Kind::Revocation => {
-            let f = Fields::of(bytes, &REVOCATION)?;
+            let f = Fields::of(leaf, scanned, &REVOCATION)?;
             Body::Revocation(RevocationBody {
                 reason: f.text("reason")?,
                 reason_code: f.absent("reason_code", string)?,
             })
         }
         Kind::Refusal => {
-            let f = Fields::of(bytes, &REFUSAL)?;
+            let f = Fields::of(leaf, scanned, &REFUSAL)?;
             Body::Refusal(RefusalBody {
                 method: f.text("method")?,
                 path: f.text("path")?,
@@ -369,14 +461,14 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
         Kind::Policy => {
-            let f = Fields::of(bytes, &POLICY)?;
+            let f = Fields::of(leaf, scanned, &POLICY)?;
             Body::Policy(PolicyBody {
                 policy: f.object("policy")?,
                 policy_digest: f.text("policy_digest")?,
             })
         }
         Kind::Review => {
-            let f = Fields::of(bytes, &REVIEW)?;
+            let f = Fields::of(leaf, scanned, &REVIEW)?;
             Body::Review(ReviewBody {
                 reviews: f.hash("reviews")?,
                 verdict: f.text("verdict")?,
@@ -384,34 +476,6 @@ fn body(kind: Kind, bytes: &[u8]) -> Option<Body> {
             })
         }
     })
-}
-
-/// Where the members of the canonical object `bytes` lie, by their index in `names` (sorted);
-/// `None` when the bytes are not canonical JSON, or the object has a member not in `names`.
-/// A value that is not an object has no members (so its required fields are missing).
-fn members<const N: usize>(bytes: &[u8], names: &[&str; N]) -> Option<[Option<Range<usize>>; N]> {
-    let mut at: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
-    let mut known = true;
-    // The names are sorted and a canonical object's members come in that order (ASCII names
-    // sort the same in UTF-16 and in bytes), so one cursor walks both: a member the cursor
-    // passes is not one of `names`, and bytes out of order are not canonical, refused below
-    // whatever the walk found.
-    let mut next = 0;
-    let canonical = jcs_check::scan(bytes, 1, &mut |m: &Member| {
-        let name = &bytes[m.name.clone()];
-        while next < N && names[next].as_bytes() < name {
-            next += 1;
-        }
-        match names.get(next) {
-            // A canonical name never escapes a letter, so an escaped name is none of these.
-            Some(n) if n.as_bytes() == name && !m.name_escaped => {
-                at[next] = Some(m.value.clone());
-                next += 1;
-            }
-            _ => known = false,
-        }
-    });
-    (canonical && known).then_some(at)
 }
 
 /// A canonical string value's contents, decoded.
@@ -722,8 +786,6 @@ mod tests {
 
     /// The raw value of an envelope member of a canonical leaf.
     fn leaf_member(leaf: &[u8], name: &str) -> Vec<u8> {
-        let at = members(leaf, &ENVELOPE).unwrap();
-        let i = ENVELOPE.binary_search(&name).unwrap();
-        leaf[at[i].clone().unwrap()].to_vec()
+        leaf[Scanned::of(leaf).unwrap().value(name).unwrap()].to_vec()
     }
 }
