@@ -12,6 +12,7 @@ use crate::format::merkle::{self, ProofError};
 use crate::format::note::{self, Checkpoint};
 use crate::index::{self, Nodes, View};
 use crate::ledger::Ledger;
+use crate::ledger::maintenance::ReindexSpill;
 use crate::storage::{Changes, Entry, Keyspace, Read, StorageError};
 use crate::verify::spill::SPILL_AT;
 use crate::verify::{
@@ -86,6 +87,36 @@ const LOOKED_UP: [Keyspace; 7] = [
     Keyspace::Denials,
     Keyspace::Grants,
 ];
+
+/// `reindex` as the command runs it: [`Ledger::reindex_with`], its check keeping the rule
+/// replay's state and the threads' heads in sorted runs past [`Bounds::DEFAULT`], as
+/// [`verify`] does, so its memory does not grow with the ledger.
+///
+/// # Errors
+/// As [`Ledger::reindex`]; the runs' files' errors.
+pub fn reindex(ledger: &Ledger) -> Result<u64> {
+    reindex_bounded(ledger, Bounds::DEFAULT)
+}
+
+/// [`reindex`] within `bounds` (the tests hold [`Bounds::tiny`]'s to the same outcome).
+///
+/// # Errors
+/// As [`reindex`].
+pub fn reindex_bounded(ledger: &Ledger, bounds: Bounds) -> Result<u64> {
+    let folder = |name: &str| ledger.dir().map(|d| d.join(name));
+    ledger.reindex_with(Some(ReindexSpill {
+        replay: Box::new(SpillRuns::new(
+            folder("reindex-replay"),
+            bounds.replay_bytes,
+        )?),
+        replay_entries: bounds.replay_entries,
+        threads: Box::new(SpillRuns::new(
+            folder("reindex-threads"),
+            bounds.replay_bytes,
+        )?),
+        thread_entries: bounds.threads,
+    }))
+}
 
 /// Checks the whole ledger: every leaf hash, `seq`, `prev`, `ts` order, the thread chains,
 /// every stored checkpoint's signature and root, records beyond the latest checkpoint, the

@@ -7,9 +7,25 @@ use crate::format::record::Record;
 use crate::index::{self, View};
 use crate::storage::{Changes, Durability, Keyspace};
 use crate::verify::ChainCheck;
+use crate::verify::spill::SpillStore;
 
 /// Records per commit of a rebuild (bounds its memory).
 const CHUNK: u64 = 10_000;
+
+/// Where `reindex`'s check keeps, past a bound, what it must remember for the rest of the log:
+/// the approval-rule replay's requests, tickets and records, and the threads' heads (the
+/// stores and bounds of `verify`'s, `audit::fsck::Bounds`). Without them the check keeps all
+/// of it in memory, which grows with the ledger.
+pub struct ReindexSpill {
+    /// The rule replay's store ([`ChainCheck::spill_to`]).
+    pub replay: Box<dyn SpillStore>,
+    /// The replay's entries in memory before it spills.
+    pub replay_entries: usize,
+    /// The threads' heads' store ([`ChainCheck::spill_threads_to`]).
+    pub threads: Box<dyn SpillStore>,
+    /// Threads' heads in memory before they spill.
+    pub thread_entries: usize,
+}
 
 impl Ledger {
     /// Rebuilds every derived index from the records. First checks every record and every
@@ -24,9 +40,22 @@ impl Ledger {
     /// leaves a head that contradicts the records, which the ledger refuses to write on until
     /// `reindex` has run again.
     ///
+    /// The check keeps everything it remembers in memory; `audit::fsck::reindex` (what the
+    /// command runs) gives it stores on disk with [`Ledger::reindex_with`].
+    ///
     /// # Errors
     /// `corrupt_store` naming the first problem; storage errors.
     pub fn reindex(&self) -> Result<u64> {
+        self.reindex_with(None)
+    }
+
+    /// [`Ledger::reindex`], its check spilling to `spill` past its bounds: the same check,
+    /// the same refusals, in memory that does not grow with the ledger.
+    ///
+    /// # Errors
+    /// As [`Ledger::reindex`]; a spill store's failure is a storage error (nothing was
+    /// changed).
+    pub fn reindex_with(&self, spill: Option<ReindexSpill>) -> Result<u64> {
         if let Some(e) = self
             .write_refusal()
             .filter(|e| e.code() == ErrorCode::Unwritable)
@@ -37,6 +66,10 @@ impl Ledger {
             let snap = self.engine.snapshot()?;
             // The checkpoints are opened as the records reach them (bounded memory).
             let mut check = ChainCheck::streaming(&self.id.origin, &self.verifier());
+            if let Some(s) = spill {
+                check.spill_to(s.replay, s.replay_entries);
+                check.spill_threads_to(s.threads, s.thread_entries);
+            }
             let mut stored_checkpoints = snap.scan(Keyspace::Checkpoints, &[]);
             check.add_checkpoints(&mut stored_checkpoints, Some(0))?;
             let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(4096);
@@ -56,6 +89,9 @@ impl Ledger {
             check.add_checkpoints(&mut stored_checkpoints, None)?;
             drop(stored_checkpoints);
             check.check_late(index::records(&*snap))?;
+            if let Some(e) = check.spill_failure() {
+                return Err(Error::storage("reindex", e));
+            }
             if let Some(p) = check.finish().into_iter().next() {
                 let at = p.seq.map_or(String::new(), |s| format!(" at seq {s}"));
                 return Err(Error::corrupt(format!(

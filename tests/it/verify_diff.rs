@@ -645,3 +645,92 @@ fn last_seq(s: &Store) -> u64 {
         .max()
         .unwrap()
 }
+
+/// Every derived keyspace's entries.
+fn derived(f: &Fixture) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    hitl_ledger::storage::Keyspace::DERIVED
+        .into_iter()
+        .map(|ks| entries(f, ks))
+        .collect()
+}
+
+/// `reindex` as the command runs it (`fsck::reindex`: its check's rule replay and threads'
+/// heads in sorted runs past a bound; here spilling after every entry and after every seventh)
+/// rebuilds what the check in memory rebuilds, and refuses what it refuses, in the same words.
+#[test]
+fn the_bounded_reindex_rebuilds_and_refuses_as_the_one_in_memory() {
+    let expected = copy(SMALL);
+    expected.l().reindex().unwrap();
+    let expected = derived(&expected);
+    for at in [1, 7] {
+        let f = copy(SMALL);
+        fsck::reindex_bounded(f.l(), fsck::Bounds::tiny(at)).unwrap();
+        assert_eq!(derived(&f), expected, "spilling at {at}");
+    }
+    let mut f = copy(SMALL);
+    let seq = forge(
+        &mut f,
+        Kind::Decision,
+        "req-0-1",
+        json!({"decision": "approve", "rationale": null, "ticket_id": "forged",
+               "expires_at": null, "edited_digest": null, "superseded_by": null}),
+    );
+    f.reopen();
+    let before = derived(&f);
+    let in_memory = f.l().reindex().unwrap_err();
+    assert!(
+        in_memory.message().contains("rule_violation")
+            && in_memory.message().contains(&format!("seq {seq}")),
+        "{in_memory}"
+    );
+    for at in [1, 7] {
+        let bounded = fsck::reindex_bounded(f.l(), fsck::Bounds::tiny(at)).unwrap_err();
+        assert_eq!(bounded.code(), in_memory.code());
+        assert_eq!(bounded.message(), in_memory.message());
+    }
+    assert_eq!(derived(&f), before, "a refused reindex changes nothing");
+}
+
+/// A spill store that fails every write.
+struct Failing;
+
+impl hitl_ledger::verify::spill::SpillStore for Failing {
+    fn get(&mut self, _: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        Ok(None)
+    }
+    fn put(&mut self, _: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        Err("the disk is full".into())
+    }
+}
+
+/// The check spills to the stores it is given (so its memory is theirs to bound), and a store
+/// that fails stops the reindex before anything is changed: a check that lost part of its
+/// state must not vouch for the records.
+#[test]
+fn a_reindex_whose_spill_store_fails_changes_nothing() {
+    use hitl_ledger::ledger::maintenance::ReindexSpill;
+    use hitl_ledger::verify::spill::MemorySpill;
+    for replay_fails in [true, false] {
+        let f = copy(SMALL);
+        let before = derived(&f);
+        let store = |fails: bool| -> Box<dyn hitl_ledger::verify::spill::SpillStore> {
+            if fails {
+                Box::new(Failing)
+            } else {
+                Box::new(MemorySpill::default())
+            }
+        };
+        let e = f
+            .l()
+            .reindex_with(Some(ReindexSpill {
+                replay: store(replay_fails),
+                replay_entries: 1,
+                threads: store(!replay_fails),
+                thread_entries: 1,
+            }))
+            .unwrap_err();
+        assert_eq!(e.code(), hitl_ledger::ErrorCode::Storage, "{e}");
+        assert!(e.message().contains("the disk is full"), "{e}");
+        assert_eq!(derived(&f), before, "nothing changed");
+    }
+}

@@ -639,7 +639,7 @@ fn verify(
 
 fn reindex(dir: &Path, f: Format) -> Result<Outcome> {
     let ledger = Ledger::open(dir)?;
-    let n = ledger.reindex()?;
+    let n = fsck::reindex(&ledger)?;
     if f == Format::Json {
         print_json(&json!({"records": n}));
     } else {
