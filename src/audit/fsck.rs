@@ -104,18 +104,20 @@ pub fn reindex(ledger: &Ledger) -> Result<u64> {
 /// As [`reindex`].
 pub fn reindex_bounded(ledger: &Ledger, bounds: Bounds) -> Result<u64> {
     let folder = |name: &str| ledger.dir().map(|d| d.join(name));
-    ledger.reindex_with(Some(ReindexSpill {
-        replay: Box::new(SpillRuns::new(
-            folder("reindex-replay"),
-            bounds.replay_bytes,
-        )?),
-        replay_entries: bounds.replay_entries,
-        threads: Box::new(SpillRuns::new(
-            folder("reindex-threads"),
-            bounds.replay_bytes,
-        )?),
-        thread_entries: bounds.threads,
-    }))
+    ledger.reindex_with(|| {
+        Ok(Some(ReindexSpill {
+            replay: Box::new(SpillRuns::new(
+                folder("reindex-replay"),
+                bounds.replay_bytes,
+            )?),
+            replay_entries: bounds.replay_entries,
+            threads: Box::new(SpillRuns::new(
+                folder("reindex-threads"),
+                bounds.replay_bytes,
+            )?),
+            thread_entries: bounds.threads,
+        }))
+    })
 }
 
 /// Checks the whole ledger: every leaf hash, `seq`, `prev`, `ts` order, the thread chains,

@@ -46,22 +46,27 @@ impl Ledger {
     /// # Errors
     /// `corrupt_store` naming the first problem; storage errors.
     pub fn reindex(&self) -> Result<u64> {
-        self.reindex_with(None)
+        self.reindex_with(|| Ok(None))
     }
 
-    /// [`Ledger::reindex`], its check spilling to `spill` past its bounds: the same check,
-    /// the same refusals, in memory that does not grow with the ledger.
+    /// [`Ledger::reindex`], its check spilling to the stores `spill` makes (called once the
+    /// ledger is known to be writable, so a refused reindex makes none) past their bounds: the
+    /// same check, the same refusals, in memory that does not grow with the ledger.
     ///
     /// # Errors
     /// As [`Ledger::reindex`]; a spill store's failure is a storage error (nothing was
     /// changed).
-    pub fn reindex_with(&self, spill: Option<ReindexSpill>) -> Result<u64> {
+    pub fn reindex_with(
+        &self,
+        spill: impl FnOnce() -> Result<Option<ReindexSpill>>,
+    ) -> Result<u64> {
         if let Some(e) = self
             .write_refusal()
             .filter(|e| e.code() == ErrorCode::Unwritable)
         {
             return Err(e);
         }
+        let spill = spill()?;
         {
             let snap = self.engine.snapshot()?;
             // The checkpoints are opened as the records reach them (bounded memory).

@@ -130,7 +130,11 @@ impl Ledger {
         let state = index::request(&*snap, request_id)?.ok_or_else(|| not_found(request_id))?;
         let records = index::request_record_seqs(&*snap, request_id, state.interrupt_seq)?
             .into_iter()
-            .map(|seq| index::record(&*snap, seq).map(|(r, _)| r))
+            .map(|seq| {
+                let (r, _) = index::record(&*snap, seq)?;
+                names_request(&r, seq, request_id)?;
+                Ok(r)
+            })
             .collect::<Result<_>>()?;
         let approvals_required = self.approvals_required(&*snap, &state.tool)?;
         Ok(RequestView {
@@ -171,8 +175,9 @@ impl Ledger {
             let leaf = index::leaf(&*snap, seq)?.ok_or_else(|| {
                 Error::corrupt_at(seq, format!("request index names missing record {seq}"))
             })?;
-            Record::read(&leaf)
+            let r = Record::read(&leaf)
                 .map_err(|e| Error::corrupt_at(seq, format!("record {seq}: {e}")))?;
+            names_request(&r, seq, request_id)?;
             bytes += leaf.len();
             records.push((seq, leaf));
         }
@@ -366,4 +371,20 @@ fn thread_records_in(
         out.push((r, crate::format::merkle::leaf_hash(&leaf), leaf));
     }
     Ok((out, next))
+}
+
+/// Refuses a record the request's index lists that does not name the request (a changed
+/// `requests` or `request_records` entry): a request's reads never show another request's
+/// record, which may be another tenant's.
+fn names_request(r: &Record, seq: u64, request_id: &str) -> Result<()> {
+    if r.request_id.as_deref() == Some(request_id) {
+        return Ok(());
+    }
+    Err(Error::corrupt_at(
+        seq,
+        format!(
+            "request {q_rid}'s index lists record {seq}, which does not name it",
+            q_rid = crate::codec::quoted(request_id)
+        ),
+    ))
 }

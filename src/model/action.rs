@@ -377,9 +377,13 @@ pub fn apply_redaction(
     if applied.is_empty() {
         return args;
     }
+    // Only pointers that name a value below the arguments: an empty token list (or a pointer
+    // that does not parse) would count as an ancestor of every other pointer and leave their
+    // values in clear.
     let parsed: Vec<Vec<String>> = applied
         .iter()
-        .map(|p| parse_pointer(p).unwrap_or_default())
+        .filter_map(|p| parse_pointer(p).ok())
+        .filter(|toks| !toks.is_empty())
         .collect();
     for toks in &parsed {
         let covered = parsed
@@ -546,6 +550,25 @@ mod tests {
             0..4,
         )
         .prop_map(|toks| toks.iter().map(|t| format!("/{t}")).collect())
+    }
+
+    /// A pointer list given to `apply_redaction` by another caller than the gate, holding one
+    /// that does not parse or names the whole arguments: the others' values are still replaced
+    /// (such a pointer would otherwise count as every pointer's ancestor).
+    #[test]
+    fn a_pointer_naming_no_value_covers_no_other() {
+        let key = RedactionKey::from_bytes([3; 32]);
+        let args: Map<String, Value> =
+            serde_json::from_value(json!({"card": "4111", "n": 1})).unwrap();
+        for odd in ["x", ""] {
+            let stored = apply_redaction(&key, "r", args.clone(), &[odd.into(), "/card".into()]);
+            assert_eq!(
+                stored["card"],
+                Value::String(redacted_value(&key, "r", &json!("4111"))),
+                "{odd:?}"
+            );
+            assert_eq!(stored["n"], json!(1));
+        }
     }
 
     proptest::proptest! {

@@ -353,3 +353,37 @@ fn a_request_entry_before_its_interrupt_is_corrupt_not_listed() {
     assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
     assert!(e.message().contains("before its interrupt"), "{e}");
 }
+
+/// A request's index entry naming another request's record (a disk that changed a key): the
+/// request's reads refuse it as corrupt rather than show a record that may be another
+/// tenant's.
+#[test]
+fn a_record_of_another_request_listed_by_a_requests_index_is_refused() {
+    let mut f = history();
+    let other = f
+        .l()
+        .request_state("req-2-0")
+        .unwrap()
+        .unwrap()
+        .interrupt_seq;
+    let mut k = b"req-0-2".to_vec();
+    k.push(0);
+    k.extend_from_slice(&(other + 1).to_be_bytes());
+    assert!(
+        f.l()
+            .request_state("req-0-2")
+            .unwrap()
+            .unwrap()
+            .interrupt_seq
+            < other + 1
+    );
+    let s = f.raw_store();
+    s.raw_put(Keyspace::RequestRecords, &k, b"").unwrap();
+    drop(s);
+    f.reopen();
+    let e = f.l().request_view("req-0-2").unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    assert!(e.message().contains("does not name it"), "{e}");
+    let e = f.l().request_page("req-0-2", None, 100).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+}

@@ -722,12 +722,14 @@ fn a_reindex_whose_spill_store_fails_changes_nothing() {
         };
         let e = f
             .l()
-            .reindex_with(Some(ReindexSpill {
-                replay: store(replay_fails),
-                replay_entries: 1,
-                threads: store(!replay_fails),
-                thread_entries: 1,
-            }))
+            .reindex_with(|| {
+                Ok(Some(ReindexSpill {
+                    replay: store(replay_fails),
+                    replay_entries: 1,
+                    threads: store(!replay_fails),
+                    thread_entries: 1,
+                }))
+            })
             .unwrap_err();
         assert_eq!(e.code(), hitl_ledger::ErrorCode::Storage, "{e}");
         assert!(e.message().contains("the disk is full"), "{e}");
