@@ -241,6 +241,14 @@ fn a_batch_over_derived_state_of_another_version_writes_nothing() {
     assert_eq!(f.size(), n, "nothing written");
 }
 
+/// A request's key in `request_records` as `docs/format.md` gives it: `request_id ‖ 0 ‖ seq`.
+fn request_key(rid: &str, seq: u64) -> Vec<u8> {
+    let mut k = rid.as_bytes().to_vec();
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
 /// The seqs `request_records` lists for `rid` (its `rid ‖ 0 ‖ seq` entries).
 fn request_entry_seqs(f: &Fixture, rid: &str) -> Vec<u64> {
     let mut prefix = rid.as_bytes().to_vec();
@@ -296,10 +304,7 @@ fn rewind_to_version_6(f: &mut Fixture) {
     let txn = engine.begin_write().unwrap();
     let mut c = Changes::new();
     for (rid, seq) in &interrupts {
-        let mut k = rid.as_bytes().to_vec();
-        k.push(0);
-        k.extend_from_slice(&seq.to_be_bytes());
-        c.put(Keyspace::RequestRecords, k, Vec::new());
+        c.put(Keyspace::RequestRecords, request_key(rid, *seq), Vec::new());
     }
     stage_derived_version(&mut c, 6);
     txn.commit(c, Durability::Synced).unwrap();
@@ -335,6 +340,19 @@ fn a_version_6_store_is_read_as_it_was_and_refused_writes_until_reindex_drops_it
     f.interrupt("req-after", "thread-0", refund(7));
 }
 
+/// Writes `rid`'s `request_records` entry at `seq` straight into the store (as a failing disk
+/// might) and returns the request view's refusal, which must be `corrupt_store`.
+fn refused_after_entry(f: &mut Fixture, rid: &str, seq: u64) -> hitl_ledger::error::Error {
+    let s = f.raw_store();
+    s.raw_put(Keyspace::RequestRecords, &request_key(rid, seq), b"")
+        .unwrap();
+    drop(s);
+    f.reopen();
+    let e = f.l().request_view(rid).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    e
+}
+
 /// An entry of a request's before its interrupt cannot come from any record: the store is
 /// corrupt, and the read says so instead of listing it.
 #[test]
@@ -342,15 +360,7 @@ fn a_request_entry_before_its_interrupt_is_corrupt_not_listed() {
     let mut f = history();
     let st = f.l().request_state("req-1-1").unwrap().unwrap();
     assert!(st.interrupt_seq > 0);
-    let mut k = b"req-1-1".to_vec();
-    k.push(0);
-    k.extend_from_slice(&(st.interrupt_seq - 1).to_be_bytes());
-    let s = f.raw_store();
-    s.raw_put(Keyspace::RequestRecords, &k, b"").unwrap();
-    drop(s);
-    f.reopen();
-    let e = f.l().request_view("req-1-1").unwrap_err();
-    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    let e = refused_after_entry(&mut f, "req-1-1", st.interrupt_seq - 1);
     assert!(e.message().contains("before its interrupt"), "{e}");
 }
 
@@ -366,9 +376,6 @@ fn a_record_of_another_request_listed_by_a_requests_index_is_refused() {
         .unwrap()
         .unwrap()
         .interrupt_seq;
-    let mut k = b"req-0-2".to_vec();
-    k.push(0);
-    k.extend_from_slice(&(other + 1).to_be_bytes());
     assert!(
         f.l()
             .request_state("req-0-2")
@@ -377,12 +384,7 @@ fn a_record_of_another_request_listed_by_a_requests_index_is_refused() {
             .interrupt_seq
             < other + 1
     );
-    let s = f.raw_store();
-    s.raw_put(Keyspace::RequestRecords, &k, b"").unwrap();
-    drop(s);
-    f.reopen();
-    let e = f.l().request_view("req-0-2").unwrap_err();
-    assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");
+    let e = refused_after_entry(&mut f, "req-0-2", other + 1);
     assert!(e.message().contains("does not name it"), "{e}");
     let e = f.l().request_page("req-0-2", None, 100).unwrap_err();
     assert_eq!(e.code(), ErrorCode::Corrupt, "{e}");

@@ -587,17 +587,23 @@ fn tampering_past_the_first_chunks_agrees() {
     });
 }
 
-#[test]
-fn forged_and_trusted_cases_agree() {
-    // A correctly chained, indexed and checkpointed record that the rules forbid.
-    let mut f = copy(SMALL);
-    let seq = forge(
-        &mut f,
+/// A correctly chained, indexed and checkpointed approval of `req-0-1` that the rules forbid
+/// (its ticket was never issued); its seq.
+fn forge_approval(f: &mut Fixture) -> u64 {
+    forge(
+        f,
         Kind::Decision,
         "req-0-1",
         json!({"decision": "approve", "rationale": null, "ticket_id": "forged",
                "expires_at": null, "edited_digest": null, "superseded_by": null}),
-    );
+    )
+}
+
+#[test]
+fn forged_and_trusted_cases_agree() {
+    // A correctly chained, indexed and checkpointed record that the rules forbid.
+    let mut f = copy(SMALL);
+    let seq = forge_approval(&mut f);
     let report = both(&mut f, None);
     assert!(
         report
@@ -668,13 +674,7 @@ fn the_bounded_reindex_rebuilds_and_refuses_as_the_one_in_memory() {
         assert_eq!(derived(&f), expected, "spilling at {at}");
     }
     let mut f = copy(SMALL);
-    let seq = forge(
-        &mut f,
-        Kind::Decision,
-        "req-0-1",
-        json!({"decision": "approve", "rationale": null, "ticket_id": "forged",
-               "expires_at": null, "edited_digest": null, "superseded_by": null}),
-    );
+    let seq = forge_approval(&mut f);
     f.reopen();
     let before = derived(&f);
     let in_memory = f.l().reindex().unwrap_err();
