@@ -184,7 +184,7 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
     if integer(field("v")?)? != FORMAT_VERSION {
         return None;
     }
-    field("actor")?;
+    // An absent actor has no members, so its required ones are missing below.
     let actor_at = scanned.fields(leaf, "actor", &ACTOR)?;
     let actor_field = |i: usize| actor_at[i].clone().map(|r| &leaf[r]);
     let actor = Actor {
