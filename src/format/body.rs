@@ -20,6 +20,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::canonical::CanonicalObject;
 use super::jcs;
 use super::merkle::Hash;
 use super::record::{Kind, LeafError, hex_hash, parse_hex_hash};
@@ -32,8 +33,9 @@ pub struct InterruptBody {
     pub interrupt_id: String,
     /// The tool the action calls.
     pub tool: String,
-    /// The action's arguments, as stored (redacted values replaced).
-    pub args: Map<String, Value>,
+    /// The action's arguments, as stored (redacted values replaced), held as their canonical
+    /// bytes.
+    pub args: CanonicalObject,
     /// JSON Pointers of the redacted arguments.
     pub redacted: Vec<String>,
     /// `sha256:` digest of the action.
@@ -272,6 +274,11 @@ impl<'a> Members<'a> {
         jcs::write_object(m, self.name(n));
     }
 
+    /// A member whose value is already canonical bytes.
+    fn raw(&mut self, n: &'static str, canonical: &[u8]) {
+        self.name(n).extend_from_slice(canonical);
+    }
+
     fn list(&mut self, n: &'static str, l: &[String]) {
         let out = self.name(n);
         out.push(b'[');
@@ -322,7 +329,7 @@ impl Body {
                 m.text("action_digest", &b.action_digest);
                 m.text("action_schema", &b.action_schema);
                 m.list("allowed_decisions", &b.allowed_decisions);
-                m.object("args", &b.args);
+                m.raw("args", b.args.as_bytes());
                 m.nullable("edit_of", b.edit_of.as_deref());
                 m.text("expires_at", &b.expires_at);
                 m.text("interrupt_id", &b.interrupt_id);
@@ -399,10 +406,10 @@ impl Body {
     }
 
     /// A bound on the body's canonical size for reserving a leaf buffer (the open JSON parts
-    /// are estimated by their member count).
+    /// are estimated by their member count; an interrupt's arguments are their bytes).
     pub fn size_hint(&self) -> usize {
         let open = match self {
-            Body::Interrupt(b) => b.args.len(),
+            Body::Interrupt(b) => return 256 + b.args.as_bytes().len(),
             Body::Policy(b) => b.policy.len(),
             Body::FollowUp(FollowUpBody {
                 detail: Some(Detail::Object(o)),
@@ -421,7 +428,7 @@ impl Body {
                 let mut m = obj(json!({
                     "interrupt_id": b.interrupt_id,
                     "tool": b.tool,
-                    "args": b.args,
+                    "args": b.args.to_map(),
                     "redacted": b.redacted,
                     "action_digest": b.action_digest,
                     "action_schema": b.action_schema,
@@ -545,7 +552,7 @@ impl Body {
             Kind::Interrupt => Body::Interrupt(InterruptBody {
                 interrupt_id: text("interrupt_id"),
                 tool: text("tool"),
-                args: object("args"),
+                args: CanonicalObject::of(&object("args")),
                 redacted: list("redacted"),
                 action_digest: text("action_digest"),
                 action_schema: text("action_schema"),
@@ -1042,7 +1049,7 @@ pub(crate) mod strategy {
                     Body::Interrupt(InterruptBody {
                         interrupt_id,
                         tool,
-                        args,
+                        args: CanonicalObject::of(&args),
                         redacted,
                         action_digest,
                         action_schema: schema,

@@ -11,9 +11,9 @@
 //! 2. each envelope member is read with the type the reader requires (a string, a plain
 //!    integer within 2^53 − 1, 64 lowercase hex digits, `null` where allowed), the actor's
 //!    members the same way from its own slice, and the body's members the same way into its
-//!    kind's typed body; only the parts that are open JSON by definition (an action's
-//!    arguments, a policy document, a follow-up's detail object, the string lists) are parsed
-//!    as JSON;
+//!    kind's typed body; of the parts that are open JSON by definition, an action's arguments
+//!    are kept as the canonical bytes the scan accepted (no parse), and a policy document, a
+//!    follow-up's detail object and the string lists are parsed as JSON;
 //! 3. the typed record then keeps every envelope and body rule the reader checks
 //!    ([`Record::check_fields`]).
 //!
@@ -32,6 +32,7 @@ use super::body::{
     AuthorizationBody, Body, DecisionBody, Detail, FollowUpBody, InterruptBody, PolicyBody,
     RefusalBody, RejectionBody, ReviewBody, RevocationBody, TimeoutBody,
 };
+use super::canonical::CanonicalObject;
 use super::jcs::{self, MAX_SAFE_INTEGER};
 use super::jcs_check::{self, Member};
 use super::record::{Actor, FORMAT_VERSION, Kind, Reach, Record, parse_hex_hash};
@@ -370,7 +371,7 @@ fn body(kind: Kind, leaf: &[u8], scanned: &Scanned) -> Option<Body> {
             Body::Interrupt(InterruptBody {
                 interrupt_id: f.text("interrupt_id")?,
                 tool: f.text("tool")?,
-                args: f.object("args")?,
+                args: CanonicalObject::from_checked(f.get("args")?)?,
                 redacted: f.list("redacted")?,
                 action_digest: f.text("action_digest")?,
                 action_schema: f.text("action_schema")?,

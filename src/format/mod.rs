@@ -2,6 +2,7 @@
 //!
 //! - [`jcs`]: RFC 8785 canonical JSON and the strict parser;
 //! - [`jcs_check`]: the check that bytes already are canonical, building no value tree;
+//! - [`canonical`]: a JSON object held as its canonical bytes (an interrupt's arguments);
 //! - [`merkle`]: the RFC 6962 tree, proofs and their verification;
 //! - [`note`]: C2SP signed notes, checkpoints and thread heads;
 //! - [`record`]: the record envelope, kinds and the leaf;
@@ -11,6 +12,7 @@
 
 pub mod body;
 pub mod bundle;
+pub mod canonical;
 pub mod jcs;
 pub mod jcs_check;
 pub mod leaf_reader;

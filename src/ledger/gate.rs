@@ -4,8 +4,6 @@
 //! [`crate::model::state`]; replays are compared in [`super::replay`]. Nothing here names a
 //! keyspace, an engine or a clock: the batch time is the only time, and ids are made from it.
 
-use serde_json::{Map, Value};
-
 use super::op::{Appended, Extra, Grant, Op, Outcome, Refusal};
 use super::sequencer::{Batch, Draft};
 use crate::clock::{Timestamp, uuid_v7};
@@ -14,9 +12,12 @@ use crate::format::body::{
     AuthorizationBody, Body, DecisionBody, FollowUpBody, InterruptBody, RefusalBody, RejectionBody,
     RevocationBody, TimeoutBody,
 };
+use crate::format::canonical::CanonicalObject;
 use crate::format::record::{ACTION_SCHEMA, Actor, REFUSALS_THREAD, hex_hash};
 use crate::index;
-use crate::model::action::{Action, apply_redaction, idempotency_key, redact, redaction_pointers};
+use crate::model::action::{
+    Action, apply_redaction, idempotency_key, plain_digest_of, redact, redaction_pointers,
+};
 use crate::model::decide::{self, TicketOwner};
 use crate::model::policy::Mode;
 use crate::model::request::{
@@ -244,11 +245,19 @@ impl Batch<'_, '_, '_> {
             None => policy.review_window_seconds,
         };
         let key = &self.ledger.id.key;
-        // The digest is of the clear action; the arguments are then moved into the body, not
-        // copied, with the applied pointers' values replaced.
+        // The digest is of the clear action. With nothing redacted the stored arguments are the
+        // clear ones: their canonical bytes are written once, for the digest and the leaf.
+        // Otherwise the digest is keyed, and the arguments are moved (not copied) into the
+        // body with the applied pointers' values replaced.
         let applied = redaction_pointers(&req.action.args, &req.redact, &policy.redact)?;
-        let digest = req.action.digest(key, &rid, !applied.is_empty());
-        let args = apply_redaction(key, &rid, req.action.args, &applied);
+        let (digest, args) = if applied.is_empty() {
+            let args = CanonicalObject::of(&req.action.args);
+            (plain_digest_of(&req.action.tool, &args), args)
+        } else {
+            let digest = req.action.keyed_digest(key, &rid);
+            let stored = apply_redaction(key, &rid, req.action.args, &applied);
+            (digest, CanonicalObject::of(&stored))
+        };
         let allowed = req
             .allowed_decisions
             .iter()
@@ -566,13 +575,17 @@ impl Batch<'_, '_, '_> {
         original: &RequestState,
         new_rid: &str,
         edited: &Action,
-    ) -> Result<(Map<String, Value>, Vec<String>, String)> {
+    ) -> Result<(CanonicalObject, Vec<String>, String)> {
         let key = &self.ledger.id.key;
         let mut optional = original.redacted.clone();
         optional.extend(self.policy()?.policy.for_tool(&edited.tool).redact);
         let red = redact(key, new_rid, edited, &[], &optional)?;
         let keyed = !red.applied.is_empty();
-        Ok((red.args, red.applied, edited.digest(key, new_rid, keyed)))
+        Ok((
+            CanonicalObject::of(&red.args),
+            red.applied,
+            edited.digest(key, new_rid, keyed),
+        ))
     }
 
     fn authorize(

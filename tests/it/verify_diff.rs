@@ -255,7 +255,7 @@ fn chain_tampering_agrees() {
             let hitl_ledger::format::body::Body::Interrupt(b) = &mut forged.body else {
                 panic!("record {k} is not the interrupt to forge");
             };
-            b.args = map(json!({"order_id": "O-19", "amount_cents": 999_999}));
+            b.args = (&map(json!({"order_id": "O-19", "amount_cents": 999_999}))).into();
             s.raw_put(Cf::Records, &be(k), &forged.leaf().unwrap())
                 .unwrap();
         },
