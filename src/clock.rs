@@ -61,7 +61,7 @@ impl Timestamp {
     }
 
     /// [`Timestamp::parse`] without the error.
-    fn parse_bytes(b: &[u8]) -> Option<Self> {
+    pub(crate) fn parse_bytes(b: &[u8]) -> Option<Self> {
         let b: &[u8; 27] = b.try_into().ok()?;
         for (at, sep) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')] {
             if b[at] != sep {

@@ -35,7 +35,7 @@ use super::body::{
 use super::canonical::CanonicalObject;
 use super::jcs::{self, MAX_SAFE_INTEGER};
 use super::jcs_check::{self, Member};
-use super::record::{Actor, FORMAT_VERSION, Kind, Reach, Record, parse_hex_hash};
+use super::record::{Actor, FORMAT_VERSION, Kind, Reach, Record, parse_hex_hash_bytes};
 use crate::clock::Timestamp;
 
 /// The envelope's members, in canonical order (all ASCII, so byte order).
@@ -238,7 +238,7 @@ pub fn read(leaf: &[u8]) -> Option<Record> {
         origin: text(origin)?,
         seq: integer(seq?)?,
         prev: hash(prev?)?,
-        ts: Timestamp::parse(&text(ts)?).ok()?,
+        ts: timestamp(ts?)?,
         kind,
         thread_id: text(thread_id)?,
         run_id: nullable(run_id)?,
@@ -555,9 +555,23 @@ fn integer(v: &[u8]) -> Option<u64> {
     (n <= MAX_SAFE_INTEGER).then_some(n)
 }
 
-/// A string of 64 lowercase hex digits.
+/// A string of 64 lowercase hex digits, read from the string's bytes as they stand: canonical
+/// JSON escapes only control characters, `"` and `\\`, none of them a hex digit, so a string
+/// with an escape is no hash either way.
 fn hash(v: &[u8]) -> Option<super::merkle::Hash> {
-    parse_hex_hash(&string(v)?)
+    match v {
+        [b'"', inner @ .., b'"'] => parse_hex_hash_bytes(inner),
+        _ => None,
+    }
+}
+
+/// A timestamp as stored (RFC 3339, UTC, six fractional digits), read from the string's bytes
+/// as they stand (an escape is no character a timestamp has, as for [`hash`]).
+fn timestamp(v: &[u8]) -> Option<Timestamp> {
+    match v {
+        [b'"', inner @ .., b'"'] => Timestamp::parse_bytes(inner),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

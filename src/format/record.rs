@@ -100,12 +100,23 @@ pub fn hex_hash_digits(h: &Hash) -> [u8; 64] {
 
 /// Lowercase hex of a hash.
 pub fn hex_hash(h: &Hash) -> String {
-    hex_hash_digits(h).iter().map(|&c| char::from(c)).collect()
+    let digits = hex_hash_digits(h);
+    // The digits are ASCII: the check is a formality, and the copy is one piece, not one
+    // character at a time.
+    match std::str::from_utf8(&digits) {
+        Ok(s) => s.to_owned(),
+        Err(_) => digits.iter().map(|&c| char::from(c)).collect(),
+    }
 }
 
 /// Parses 64 lowercase hex digits.
 pub fn parse_hex_hash(s: &str) -> Option<Hash> {
-    let digits: &[u8; 64] = s.as_bytes().try_into().ok()?;
+    parse_hex_hash_bytes(s.as_bytes())
+}
+
+/// [`parse_hex_hash`] of bytes: `None` unless they are 64 lowercase hex digits.
+pub(crate) fn parse_hex_hash_bytes(b: &[u8]) -> Option<Hash> {
+    let digits: &[u8; 64] = b.try_into().ok()?;
     let mut out = [0u8; 32];
     for (b, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
         let (hi, lo) = (

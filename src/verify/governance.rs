@@ -103,14 +103,15 @@ impl Governance {
 
     /// Rule 9: an interrupt's `policy` member names the policy record in force.
     pub(super) fn interrupt(&self, r: &Record) -> Option<String> {
-        let named = hex_hash(&r.body.hash("policy")?);
-        let in_force = self.in_force.as_ref().map(|p| hex_hash(&p.id));
-        if in_force.as_deref() == Some(named.as_str()) {
+        let named = r.body.hash("policy")?;
+        let in_force = self.in_force.as_ref().map(|p| p.id);
+        if in_force == Some(named) {
             return None;
         }
         Some(format!(
-            "rule 9: an interrupt naming the policy record {named}, which is not the one in force ({})",
-            in_force.as_deref().unwrap_or("none")
+            "rule 9: an interrupt naming the policy record {}, which is not the one in force ({})",
+            hex_hash(&named),
+            in_force.map_or_else(|| "none".to_owned(), |h| hex_hash(&h))
         ))
     }
 
