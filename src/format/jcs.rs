@@ -620,7 +620,9 @@ impl Parser<'_> {
     /// Parses a string starting at the opening quote; returns the decoded contents.
     fn parse_string(&mut self) -> Result<String, JcsError> {
         self.pos += 1; // opening '"'
-        let mut out = String::new();
+        // Made at the first escape; a string without one is copied whole at its end, in one
+        // allocation of its exact size.
+        let mut escaped: Option<String> = None;
         let mut run_start = self.pos;
         loop {
             self.pos += plain_prefix(&self.bytes[self.pos..]);
@@ -629,13 +631,20 @@ impl Parser<'_> {
             };
             match b {
                 b'"' => {
-                    self.push_run(&mut out, run_start, self.pos)?;
+                    let out = match escaped {
+                        Some(mut out) => {
+                            self.push_run(&mut out, run_start, self.pos)?;
+                            out
+                        }
+                        None => self.run(run_start, self.pos)?.to_owned(),
+                    };
                     self.pos += 1;
                     return Ok(out);
                 }
                 b'\\' => {
-                    self.push_run(&mut out, run_start, self.pos)?;
-                    self.parse_escape(&mut out)?;
+                    let out = escaped.get_or_insert_with(|| String::with_capacity(32));
+                    self.push_run(out, run_start, self.pos)?;
+                    self.parse_escape(out)?;
                     run_start = self.pos;
                 }
                 0x00..=0x1f => {
@@ -651,14 +660,17 @@ impl Parser<'_> {
 
     /// Appends `text[start..end]` (both ends next to ASCII bytes, so on char boundaries).
     fn push_run(&self, out: &mut String, start: usize, end: usize) -> Result<(), JcsError> {
-        match self.text.get(start..end) {
-            Some(s) => {
-                out.push_str(s);
-                Ok(())
-            }
-            // Unreachable: the input was validated as UTF-8 and the bounds sit next to ASCII.
-            None => Err(JcsError::InvalidUtf8 { offset: start }),
-        }
+        out.push_str(self.run(start, end)?);
+        Ok(())
+    }
+
+    /// `text[start..end]` (both ends next to ASCII bytes, so on char boundaries).
+    fn run(&self, start: usize, end: usize) -> Result<&str, JcsError> {
+        // `None` is unreachable: the input was validated as UTF-8 and the bounds sit next to
+        // ASCII.
+        self.text
+            .get(start..end)
+            .ok_or(JcsError::InvalidUtf8 { offset: start })
     }
 
     /// Parses one escape sequence starting at the backslash.
