@@ -288,7 +288,8 @@ fn derive(
     // The head's size after the records applied so far (the seq the next one must have).
     let mut next = 0u64;
     let mut pending = Vec::new().into_iter();
-    let mut derived = View::new(store);
+    // Records are applied in order and never undone: the view keeps no undo log.
+    let mut derived = View::new(store).without_undo();
     let mut exhausted = false;
     while !exhausted {
         let mut fed = 0usize;

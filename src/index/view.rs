@@ -62,6 +62,9 @@ pub struct View<'a> {
     /// The staged value of each slot.
     slots: Vec<Staged>,
     undo: Vec<Undo>,
+    /// Whether changes are logged in `undo` (a view that is never rolled back keeps no log:
+    /// [`View::without_undo`]).
+    keep_undo: bool,
     /// Bytes of keys and values staged since the last take, counted when staged (a value
     /// replaced, grown or rolled back is not taken off): an upper bound of what the view holds.
     staged_bytes: usize,
@@ -88,6 +91,7 @@ impl<'a> View<'a> {
             keys: std::array::from_fn(|i| map_with_capacity(room(capacity.staged[i]))),
             slots: Vec::with_capacity(staged),
             undo: Vec::with_capacity(staged),
+            keep_undo: true,
             staged_bytes: 0,
             read: RefCell::new(std::array::from_fn(|i| {
                 map_with_capacity(room(capacity.read[i]))
@@ -146,13 +150,13 @@ impl<'a> View<'a> {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let i = *e.get();
                 let old = std::mem::replace(&mut self.slots[i], value);
-                self.undo.push(Undo::Was(i, old));
+                self.log(Undo::Was(i, old));
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 let i = self.slots.len();
                 e.insert(i);
                 self.slots.push(value);
-                self.undo.push(Undo::Created(i));
+                self.log(Undo::Created(i));
             }
         }
     }
@@ -170,7 +174,7 @@ impl<'a> View<'a> {
         let i = self.slots.len();
         self.slots.push(value);
         self.keys[ks_index(ks)].insert(key.to_vec(), i);
-        self.undo.push(Undo::Created(i));
+        self.log(Undo::Created(i));
         Ok(i)
     }
 
@@ -183,16 +187,18 @@ impl<'a> View<'a> {
     pub fn append(&mut self, ks: Keyspace, key: &[u8], bytes: &[u8]) -> Result<&[u8]> {
         let i = self.slot_of(ks, key)?;
         self.staged_bytes += bytes.len();
-        match &mut self.slots[i] {
+        let step = match &mut self.slots[i] {
             Some(v) => {
-                self.undo.push(Undo::Truncated(i, v.len()));
+                let len = v.len();
                 v.extend_from_slice(bytes);
+                Undo::Truncated(i, len)
             }
             empty @ None => {
-                self.undo.push(Undo::Was(i, None));
                 *empty = Some(bytes.to_vec());
+                Undo::Was(i, None)
             }
-        }
+        };
+        self.log(step);
         Ok(self.slots[i].as_deref().unwrap_or_default())
     }
 
@@ -208,7 +214,9 @@ impl<'a> View<'a> {
         f: impl FnOnce(&mut Option<Vec<u8>>) -> R,
     ) -> Result<R> {
         let i = self.slot_of(ks, key)?;
-        self.undo.push(Undo::Was(i, self.slots[i].clone()));
+        if self.keep_undo {
+            self.undo.push(Undo::Was(i, self.slots[i].clone()));
+        }
         let r = f(&mut self.slots[i]);
         self.staged_bytes += key.len() + self.slots[i].as_ref().map_or(0, Vec::len);
         Ok(r)
@@ -224,6 +232,22 @@ impl<'a> View<'a> {
         self.set(ks, key.into(), None);
     }
 
+    /// The view, keeping no undo log from now on: for a view that is never rolled back (a
+    /// derivation from records already in order), which then copies no value before changing
+    /// it. [`View::rollback`] must not be called on it.
+    pub fn without_undo(mut self) -> View<'a> {
+        self.keep_undo = false;
+        self.undo = Vec::new();
+        self
+    }
+
+    /// Logs an undo step, when the view keeps them.
+    fn log(&mut self, step: Undo) {
+        if self.keep_undo {
+            self.undo.push(step);
+        }
+    }
+
     /// A savepoint to roll back to.
     pub fn savepoint(&self) -> usize {
         self.undo.len()
@@ -233,6 +257,7 @@ impl<'a> View<'a> {
     /// since `sp` are the last ones: they are dropped, and their keys with them (a scan of
     /// the maps, paid only by an operation that is undone).
     pub fn rollback(&mut self, sp: usize) {
+        debug_assert!(self.keep_undo, "a view without an undo log was rolled back");
         let mut keep = self.slots.len();
         while self.undo.len() > sp {
             match self.undo.pop() {
@@ -680,6 +705,51 @@ mod tests {
                 prop_assert_eq!(view.is_empty(), oracle.staged.is_empty());
             }
             prop_assert_eq!(view.take(), oracle.take());
+        }
+
+        /// A view without an undo log stages, reads and takes exactly what one with it does,
+        /// and logs nothing (savepoints and rollbacks left out: it is never rolled back).
+        #[test]
+        fn a_view_without_undo_stages_as_one_with_it(
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            let live = Live::default();
+            for (s, ks) in SPACES.iter().enumerate() {
+                for k in (0..8u8).step_by(2 + s) {
+                    live.0.borrow_mut().insert((*ks, vec![k]), vec![100 + k]);
+                }
+            }
+            let mut with = View::new(&live);
+            let mut without = View::new(&live).without_undo();
+            for st in steps {
+                for view in [&mut with, &mut without] {
+                    match st {
+                        Step::Put(s, k, v) => view.put(SPACES[s], vec![k], vec![v]),
+                        Step::Delete(s, k) => view.delete(SPACES[s], vec![k]),
+                        Step::Append(s, k, v) => {
+                            view.append(SPACES[s], &[k], &[v]).unwrap();
+                        }
+                        Step::Update(s, k, v) => {
+                            view.update(SPACES[s], &[k], |value| match (v, value.as_mut()) {
+                                (0, _) => *value = None,
+                                (_, Some(bytes)) => bytes.push(v),
+                                (_, None) => *value = Some(vec![v]),
+                            })
+                            .unwrap();
+                        }
+                        Step::Get(..) | Step::Savepoint | Step::Rollback(_) | Step::Take => {}
+                    }
+                }
+                if let Step::Get(s, k) = st {
+                    prop_assert_eq!(
+                        without.get(SPACES[s], &[k]).unwrap(),
+                        with.get(SPACES[s], &[k]).unwrap()
+                    );
+                }
+                prop_assert_eq!(without.len(), with.len());
+                prop_assert_eq!(without.undo.len(), 0);
+            }
+            prop_assert_eq!(without.take(), with.take());
         }
     }
 }

@@ -119,7 +119,9 @@ impl Ledger {
         loop {
             let txn = self.engine.begin_write()?;
             let changes = {
-                let mut view = View::new(&*txn);
+                // Records are applied in order; a failure abandons the chunk whole, so the view
+                // keeps no undo log.
+                let mut view = View::new(&*txn).without_undo();
                 for item in records.by_ref().take(CHUNK as usize) {
                     let (_, leaf) = item?;
                     let r = Record::read(&leaf)
