@@ -508,6 +508,17 @@ mod tests {
     struct Live(std::cell::RefCell<BTreeMap<Key, Vec<u8>>>);
 
     impl Live {
+        /// A base with keys of its own in every keyspace the steps use.
+        fn seeded() -> Live {
+            let live = Live::default();
+            for (s, ks) in SPACES.iter().enumerate() {
+                for k in (0..8u8).step_by(2 + s) {
+                    live.0.borrow_mut().insert((*ks, vec![k]), vec![100 + k]);
+                }
+            }
+            live
+        }
+
         fn commit(&self, c: &Changes) {
             let mut m = self.0.borrow_mut();
             for (ks, key, value) in c.iter() {
@@ -637,12 +648,7 @@ mod tests {
         fn the_view_stages_exactly_as_the_ordered_map_did(
             steps in proptest::collection::vec(step(), 1..80),
         ) {
-            let live = Live::default();
-            for (s, ks) in SPACES.iter().enumerate() {
-                for k in (0..8u8).step_by(2 + s) {
-                    live.0.borrow_mut().insert((*ks, vec![k]), vec![100 + k]);
-                }
-            }
+            let live = Live::seeded();
             let snap = &live;
             let mut view = View::new(snap);
             let mut oracle = Oracle::default();
@@ -713,12 +719,7 @@ mod tests {
         fn a_view_without_undo_stages_as_one_with_it(
             steps in proptest::collection::vec(step(), 1..80),
         ) {
-            let live = Live::default();
-            for (s, ks) in SPACES.iter().enumerate() {
-                for k in (0..8u8).step_by(2 + s) {
-                    live.0.borrow_mut().insert((*ks, vec![k]), vec![100 + k]);
-                }
-            }
+            let live = Live::seeded();
             let mut with = View::new(&live);
             let mut without = View::new(&live).without_undo();
             for st in steps {
