@@ -7,7 +7,8 @@
 #   scripts/pg.sh standby PRIMARY_DIR DIR
 #                              make DIR a hot standby of the cluster in PRIMARY_DIR (streaming
 #                              replication, pg_basebackup -R) and start it; prints its URL
-#   scripts/pg.sh kill DIR     SIGKILL the cluster's postmaster (a crash, for failover tests)
+#   scripts/pg.sh kill DIR     SIGKILL the cluster's postmaster and backends (a crash, for
+#                              failover tests); returns once none is running
 #   scripts/pg.sh promote DIR  promote a standby to primary
 #
 # PG_OPTS, when set, is added to the server's options at start (the TLS tests give it
@@ -80,7 +81,26 @@ case "$cmd" in
     exec "$0" start "$dir"
     ;;
   kill)
-    kill -9 "$(head -1 "$dir/data/postmaster.pid")"
+    # A crash of the machine: the postmaster and every backend at once. A backend outlives a
+    # SIGKILLed postmaster for a moment and can still answer a query on its open connection,
+    # so the postmaster is stopped first (it cannot react to its children's deaths), then all
+    # are killed, and this returns once none is running (a zombie holds no socket).
+    pid="$(head -1 "$dir/data/postmaster.pid")"
+    kill -STOP "$pid" 2>/dev/null || true
+    kids="$(pgrep -P "$pid" || true)"
+    # shellcheck disable=SC2086
+    kill -9 $kids "$pid" 2>/dev/null || true
+    running() {
+      local st
+      st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
+      [ -n "$st" ] && [ "${st#Z}" = "$st" ]
+    }
+    for _ in $(seq 200); do
+      left=0
+      for p in $kids $pid; do running "$p" && left=1; done
+      [ "$left" = 0 ] && break
+      sleep 0.05
+    done
     ;;
   promote)
     as_owner "$bin/pg_ctl" -D "$dir/data" -w -t 60 promote >/dev/null
