@@ -12,44 +12,26 @@ use super::jcs;
 /// already accepted. Two values are equal exactly when their objects are the same JSON (the
 /// canonical form of a value is unique).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CanonicalObject(Box<str>);
+pub struct CanonicalObject(Box<[u8]>);
 
 impl CanonicalObject {
     /// The canonical bytes of `map` ([`jcs::write_object`]).
     pub fn of(map: &Map<String, Value>) -> CanonicalObject {
         let mut out = Vec::with_capacity(64 + 32 * map.len());
         jcs::write_object(map, &mut out);
-        CanonicalObject::from_written(out)
+        CanonicalObject(out.into_boxed_slice())
     }
 
     /// Bytes that a canonical check ([`jcs_check`](super::jcs_check)) accepted as a whole
-    /// value or as a member's value inside an accepted document: `None` unless they are an
-    /// object. The caller vouches for the check; this looks only at the first byte.
+    /// value or as a member's value inside an accepted document (so UTF-8, already checked):
+    /// `None` unless they are an object. The caller vouches for the check; this looks only at
+    /// the first byte.
     pub(crate) fn from_checked(bytes: &[u8]) -> Option<CanonicalObject> {
-        if bytes.first() != Some(&b'{') {
-            return None;
-        }
-        // A checked document is UTF-8 throughout, and a member's value is a run of whole
-        // characters.
-        let text = std::str::from_utf8(bytes).ok()?;
-        Some(CanonicalObject(text.into()))
-    }
-
-    /// Bytes [`jcs`]'s writer produced (always UTF-8).
-    fn from_written(out: Vec<u8>) -> CanonicalObject {
-        match String::from_utf8(out) {
-            Ok(s) => CanonicalObject(s.into_boxed_str()),
-            Err(e) => CanonicalObject(String::from_utf8_lossy(e.as_bytes()).into()),
-        }
+        (bytes.first() == Some(&b'{')).then(|| CanonicalObject(bytes.into()))
     }
 
     /// The canonical bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-
-    /// The canonical text.
-    pub fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -66,7 +48,7 @@ impl CanonicalObject {
 
 impl std::fmt::Debug for CanonicalObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&String::from_utf8_lossy(&self.0))
     }
 }
 
@@ -98,8 +80,8 @@ mod tests {
             jcs::to_vec(&Value::Object(m.clone())).as_slice()
         );
         assert_eq!(
-            c.as_str(),
-            r#"{"a":{"y":true,"z":null},"b":[1,2.5,"é"],"n":1e+21}"#
+            c.as_bytes(),
+            r#"{"a":{"y":true,"z":null},"b":[1,2.5,"é"],"n":1e+21}"#.as_bytes()
         );
         assert_eq!(c.to_map(), m);
         assert_eq!(CanonicalObject::from_checked(c.as_bytes()), Some(c));
