@@ -324,7 +324,6 @@ fn derive(
                 }
             }
         }
-        derived.forget_undo();
         if derived.len() > bounds.derived_entries || derived.staged_bytes() > bounds.derived_bytes {
             store.write(derived.take())?;
         }

@@ -280,8 +280,8 @@ impl<'a> View<'a> {
     }
 
     /// Drops the undo log: nothing staged so far can be rolled back any more. A view that
-    /// lives across many batches (`verify`'s derivation) calls it after each, so the log does
-    /// not grow with what it stages.
+    /// keeps an undo log and lives across many batches calls it after each, so the log does
+    /// not grow with what it stages (`verify`'s derivation keeps none: [`View::without_undo`]).
     pub fn forget_undo(&mut self) {
         self.undo.clear();
     }
