@@ -180,7 +180,7 @@ pub fn verify_bounded(
     // only the sizes and roots of those ahead of the records are kept.
     let mut check = ChainCheck::streaming(ledger.origin(), &ledger.verifier());
     check.open_at_once(bounds.checkpoints);
-    let mut stored_checkpoints = snap.scan(Keyspace::Checkpoints, &[]);
+    let mut stored_checkpoints = snap.scan_once(Keyspace::Checkpoints, &[]);
     check.add_checkpoints(&mut stored_checkpoints, Some(0))?;
     let total = index::record_count(&*snap).unwrap_or(0);
     let folder = |name: &str| ledger.dir().map(|d| d.join(name));
@@ -490,7 +490,9 @@ where
     let fail = |e: StorageError| {
         failed.borrow_mut().get_or_insert(e);
     };
-    let stored_entries = stored.scan(ks, &[]).map_while(|r| r.map_err(fail).ok());
+    let stored_entries = stored
+        .scan_once(ks, &[])
+        .map_while(|r| r.map_err(fail).ok());
     let derived_entries = std::iter::from_fn(|| match derived.peek()? {
         Ok((eks, _)) if *eks == ks => derived.next()?.ok().map(|(_, e)| e),
         Ok(_) => None,

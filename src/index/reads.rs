@@ -342,9 +342,10 @@ pub fn last_leaf(r: &dyn Read) -> Result<Option<Vec<u8>>> {
     Ok(r.last(Keyspace::Records)?.map(|(_, v)| v))
 }
 
-/// Every record in key order: (key, leaf).
+/// Every record in key order: (key, leaf), read as a pass over the whole log
+/// ([`Read::scan_once`]).
 pub fn records(r: &dyn Read) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + '_ {
-    r.scan(Keyspace::Records, &[])
+    r.scan_once(Keyspace::Records, &[])
         .map(|e| e.map_err(Error::from))
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{Changes, Durability, Engine, Keyspace, Read, StorageError, scan_prefix};
+use super::{Changes, Durability, Engine, Entry, Keyspace, Read, StorageError, scan_prefix};
 
 /// One check: its name and the function.
 pub type Check = (&'static str, fn(&dyn Engine) -> Result<(), String>);
@@ -69,10 +69,16 @@ fn put(ks: Keyspace, pairs: &[(&[u8], &[u8])]) -> Changes {
     c
 }
 
+/// The keys a scan gives; a pass that reads the keyspace once ([`Read::scan_once`]) must give
+/// the same entries.
 fn keys(r: &dyn Read, ks: Keyspace, start: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    r.scan(ks, start)
-        .map(|e| e.map(|(k, _)| k).map_err(se))
-        .collect()
+    let scanned: Vec<Entry> = r.scan(ks, start).collect::<Result<_, _>>().map_err(se)?;
+    let once: Vec<Entry> = r
+        .scan_once(ks, start)
+        .collect::<Result<_, _>>()
+        .map_err(se)?;
+    expect(once == scanned, "scan_once gives the entries scan gives")?;
+    Ok(scanned.into_iter().map(|(k, _)| k).collect())
 }
 
 fn expect(cond: bool, what: &str) -> Result<(), String> {

@@ -95,6 +95,12 @@ impl<R: Read + ?Sized> Read for FaultyRead<'_, R> {
             Ok(()) => self.inner.scan(ks, start),
         }
     }
+    fn scan_once<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        match self.plan.read() {
+            Err(e) => Box::new(std::iter::once(Err(e))),
+            Ok(()) => self.inner.scan_once(ks, start),
+        }
+    }
     fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
         self.plan.read()?;
         self.inner.last(ks)

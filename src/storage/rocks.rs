@@ -388,15 +388,22 @@ impl RocksEngine {
             .collect()
     }
 
+    /// A scan from `start` on; `once`: a pass over the whole keyspace ([`Read::scan_once`]),
+    /// whose blocks bypass the block cache.
     fn scan_at<'a>(
         &'a self,
         snap: Option<&SnapshotWithThreadMode<'a, DB>>,
         ks: Keyspace,
         start: &[u8],
+        once: bool,
     ) -> Scan<'a> {
+        let mut ro = Self::read_opts(snap);
+        if once {
+            ro.fill_cache(false);
+        }
         let it = self.db.iterator_cf_opt(
             self.cf(ks),
-            Self::read_opts(snap),
+            ro,
             IteratorMode::From(start, Direction::Forward),
         );
         Box::new(it.map(move |r| {
@@ -438,7 +445,10 @@ impl Read for RocksSnapshot<'_> {
         self.engine.get_many_at(Some(&self.snap), ks, keys)
     }
     fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
-        self.engine.scan_at(Some(&self.snap), ks, start)
+        self.engine.scan_at(Some(&self.snap), ks, start, false)
+    }
+    fn scan_once<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
+        self.engine.scan_at(Some(&self.snap), ks, start, true)
     }
     fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
         self.engine.last_at(Some(&self.snap), ks)
@@ -471,7 +481,7 @@ impl Read for RocksTxn<'_> {
         self.engine.get_many_at(None, ks, keys)
     }
     fn scan<'b>(&'b self, ks: Keyspace, start: &[u8]) -> Scan<'b> {
-        self.engine.scan_at(None, ks, start)
+        self.engine.scan_at(None, ks, start, false)
     }
     fn last(&self, ks: Keyspace) -> Result<Option<Entry>, StorageError> {
         let Some(slot) = greatest_slot(ks) else {
