@@ -394,7 +394,9 @@ pub fn facts(r: &dyn Read) -> impl Iterator<Item = Result<(u64, crate::oversight
 
 /// Feeds every fact with a seq below `end`, in seq order, to `each`, until it breaks; the
 /// fact's strings are borrowed from the stored bytes ([`Fact::decode_borrowed`]), so a
-/// fact costs no allocation beyond the engine's entry.
+/// fact costs no allocation beyond the engine's entry. The facts are read as a pass over the
+/// whole keyspace ([`Read::scan_once`]): a report does not push out of the engine's cache the
+/// blocks the gate reads.
 ///
 /// [`Fact::decode_borrowed`]: crate::oversight::Fact::decode_borrowed
 ///
@@ -405,7 +407,7 @@ pub fn scan_facts(
     end: u64,
     each: &mut dyn FnMut(&crate::oversight::Fact<&str>) -> Result<std::ops::ControlFlow<()>>,
 ) -> Result<()> {
-    for e in r.scan(Keyspace::Facts, &[]) {
+    for e in r.scan_once(Keyspace::Facts, &[]) {
         let (k, v) = e.map_err(Error::from)?;
         let seq = read_be(&k).ok_or_else(|| Error::corrupt("a facts key is malformed"))?;
         if seq >= end {
