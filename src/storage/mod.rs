@@ -445,9 +445,9 @@ pub trait Read {
     fn scan<'a>(&'a self, ks: Keyspace, start: &[u8]) -> Scan<'a>;
 
     /// [`Read::scan`] for a pass that reads a whole keyspace once, in order (`verify`,
-    /// `reindex`): the same entries, but an engine may read them past its caches, which such
-    /// a pass would only fill with blocks nothing reads again, pushing out those other reads
-    /// keep there. The default is [`Read::scan`].
+    /// `reindex`, the oversight report): the same entries, but an engine may read them past
+    /// its caches, which such a pass would only fill with blocks nothing reads again, pushing
+    /// out those other reads keep there. The default is [`Read::scan`].
     fn scan_once<'a>(&'a self, ks: Keyspace, start: &[u8]) -> Scan<'a> {
         self.scan(ks, start)
     }
