@@ -166,6 +166,66 @@ fn export_views_and_offline_verification() {
     assert!(err.contains("thread_not_found"), "{err}");
 }
 
+/// The bundle `export` prints (to a file or to standard output) is the pretty JSON of the
+/// library's bundle, byte for byte, though the command now streams it; an export that fails
+/// leaves the file it was to replace as it was, and nothing beside it.
+#[test]
+fn the_bundle_printed_is_the_bundles_pretty_json_and_a_failed_one_replaces_nothing() {
+    let mut f = Fixture::new();
+    f.close();
+    let d = f.path();
+    append(
+        d,
+        &[
+            json!({"kind": "interrupt", "request_id": "r1", "thread_id": "audit", "interrupt_id": "i", "action": refund(5)}),
+            json!({"kind": "interrupt", "request_id": "r2", "thread_id": "audit", "interrupt_id": "j", "action": refund(7)}),
+            json!({"kind": "decision", "request_id": "r1", "decision": "reject", "rationale": "a \"quote\", a \\ backslash, été, \u{1}, {[:,]}"}),
+            json!({"kind": "decision", "request_id": "r2", "decision": "approve"}),
+        ],
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("bundle.json");
+    let (code, _, err) = run(
+        d,
+        &[
+            "export",
+            "--thread",
+            "audit",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, printed, err) = run(d, &["export", "--thread", "audit"]);
+    assert_eq!(code, 0, "{err}");
+    let ledger = hitl_ledger::ledger::Ledger::open(d).unwrap();
+    let mut expected =
+        serde_json::to_vec_pretty(&ledger.export("audit").unwrap().to_value()).unwrap();
+    expected.push(b'\n');
+    drop(ledger);
+    assert_eq!(std::fs::read(&file).unwrap(), expected);
+    assert_eq!(printed.as_bytes(), expected.as_slice());
+    // A thread with nothing to export: an error, the earlier bundle untouched, no partial file.
+    let (code, _, err) = run(
+        d,
+        &[
+            "export",
+            "--thread",
+            "nope",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("thread_not_found"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), expected);
+    let names: Vec<_> = std::fs::read_dir(out_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("bundle.json")]);
+}
+
 #[test]
 fn csv_cells_defuse_formulas() {
     use hitl_ledger::audit::views::csv_cell;

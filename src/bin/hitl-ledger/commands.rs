@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::args::{Cli, Command, Format, TokenCommand, default_data_dir};
 use crate::exit::Outcome;
 use crate::output::{out, print_json, show_appended};
+use crate::pretty::Pretty;
 use crate::user::local_admin;
 use hitl_ledger::audit::{fsck, views};
 use hitl_ledger::error::{Error, ErrorCode, Result};
@@ -660,10 +661,7 @@ fn export(
         Format::Jsonl => views::export_jsonl(ledger, thread, &mut buf)?,
         Format::Csv => views::export_csv(ledger, thread, &mut buf)?,
         Format::Text | Format::Json => {
-            let b = ledger.export_witnessed(thread, witnessed.unwrap_or(0))?;
-            buf = serde_json::to_vec_pretty(&b.to_value())
-                .map_err(|e| Error::new(ErrorCode::Internal, e.to_string()))?;
-            buf.push(b'\n');
+            return export_bundle(ledger, thread, path, witnessed.unwrap_or(0));
         }
     }
     match path {
@@ -677,6 +675,76 @@ fn export(
         }
     }
     Ok(Outcome::Done)
+}
+
+/// `export` of the bundle: written as the ledger streams it (`Ledger::export_write_witnessed`)
+/// and re-indented on the way ([`Pretty`]), so the command holds a record's entry at a time
+/// whatever the thread's length, printing the bytes `serde_json::to_vec_pretty` gives for the
+/// bundle, then a newline. A file is written beside its path and renamed over it once whole:
+/// a failed export leaves what was there.
+fn export_bundle(
+    ledger: &Ledger,
+    thread: &str,
+    path: Option<&Path>,
+    witnessed: usize,
+) -> Result<Outcome> {
+    fn bundle_into(
+        ledger: &Ledger,
+        thread: &str,
+        witnessed: usize,
+        out: &mut dyn Write,
+    ) -> Result<()> {
+        let mut pretty = Pretty::new(std::io::BufWriter::with_capacity(1 << 16, out));
+        ledger.export_write_witnessed(thread, witnessed, &mut pretty)?;
+        let mut w = pretty.into_inner();
+        w.write_all(b"\n")
+            .and_then(|()| w.flush())
+            .map_err(|e| Error::storage("writing the bundle", e))
+    }
+    let Some(p) = path else {
+        // As before the bundle was streamed: a reader that goes away is not an error.
+        let mut stdout = Lenient(std::io::stdout().lock(), false);
+        bundle_into(ledger, thread, witnessed, &mut stdout)?;
+        return Ok(Outcome::Done);
+    };
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    let partial = p.with_file_name(format!(".{name}.{}.partial", std::process::id()));
+    // A new file, never one already there (nor what a link of that name points to).
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .map_err(|e| Error::storage(&format!("writing {}", partial.display()), e))
+        .and_then(|mut f| {
+            bundle_into(ledger, thread, witnessed, &mut f)?;
+            std::fs::rename(&partial, p)
+                .map_err(|e| Error::storage(&format!("writing {}", p.display()), e))
+        });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    eprintln!("wrote {}", p.display());
+    Ok(Outcome::Done)
+}
+
+/// A writer that stops writing at its first error and reports none (standard output whose
+/// reader left).
+struct Lenient<W>(W, bool);
+
+impl<W: Write> Write for Lenient<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.1 && self.0.write_all(buf).is_err() {
+            self.1 = true;
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.1 && self.0.flush().is_err() {
+            self.1 = true;
+        }
+        Ok(())
+    }
 }
 
 /// The latest checkpoint each witness of `urls` cosigned for the ledger's origin (`None`: it

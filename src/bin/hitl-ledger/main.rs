@@ -9,6 +9,7 @@ mod commands;
 mod exit;
 mod governance;
 mod output;
+mod pretty;
 mod report;
 mod serve;
 mod user;
