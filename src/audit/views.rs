@@ -24,11 +24,17 @@ pub fn export_jsonl(ledger: &Ledger, thread_id: &str, out: &mut dyn std::io::Wri
 /// # Errors
 /// `thread_not_found`; storage errors.
 pub fn export_csv(ledger: &Ledger, thread_id: &str, out: &mut dyn std::io::Write) -> Result<()> {
-    writeln!(
-        out,
-        "seq,thread_seq,ts,kind,request_id,run_id,checkpoint_ns,checkpoint_id,principal,role,leaf_hash,body"
-    )?;
+    // The header goes out with the first record, after the thread is found: an unknown thread
+    // writes nothing (a thread that exists has a record).
+    let mut header = false;
     each_thread_record(ledger, thread_id, &mut |r, h| {
+        if !header {
+            header = true;
+            writeln!(
+                out,
+                "seq,thread_seq,ts,kind,request_id,run_id,checkpoint_ns,checkpoint_id,principal,role,leaf_hash,body"
+            )?;
+        }
         let cells = [
             r.seq.to_string(),
             r.thread_seq.to_string(),

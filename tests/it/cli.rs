@@ -224,6 +224,30 @@ fn the_bundle_printed_is_the_bundles_pretty_json_and_a_failed_one_replaces_nothi
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("bundle.json")]);
+    // The views stream too: the file holds what standard output shows, and an unknown thread
+    // prints nothing, not even the CSV header.
+    for format in ["jsonl", "csv"] {
+        let view = out_dir.path().join(format!("view.{format}"));
+        let (code, _, err) = run(
+            d,
+            &[
+                "export",
+                "--thread",
+                "audit",
+                "--format",
+                format,
+                "--out",
+                view.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let (code, printed, _) = run(d, &["export", "--thread", "audit", "--format", format]);
+        assert_eq!(code, 0);
+        assert_eq!(std::fs::read_to_string(&view).unwrap(), printed);
+        assert_eq!(printed.lines().count(), if format == "csv" { 5 } else { 4 });
+        let (code, printed, err) = run(d, &["export", "--thread", "nope", "--format", format]);
+        assert_eq!((code, printed.as_str()), (2, ""), "{err}");
+    }
 }
 
 #[test]

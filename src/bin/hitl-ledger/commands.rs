@@ -649,6 +649,11 @@ fn reindex(dir: &Path, f: Format) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
+/// `export`: the bundle, or a view of the thread's records (`jsonl`, `csv`), written as the
+/// ledger reads it, so the command holds a record (or a page of records) at a time whatever
+/// the thread's length. The bundle streams as the ledger writes it
+/// (`Ledger::export_write_witnessed`) through [`Pretty`], which gives the bytes
+/// `serde_json::to_vec_pretty` gives for it; a newline follows.
 fn export(
     ledger: &Ledger,
     f: Format,
@@ -656,55 +661,33 @@ fn export(
     path: Option<&Path>,
     witnessed: Option<usize>,
 ) -> Result<Outcome> {
-    let mut buf: Vec<u8> = Vec::new();
-    match f {
-        Format::Jsonl => views::export_jsonl(ledger, thread, &mut buf)?,
-        Format::Csv => views::export_csv(ledger, thread, &mut buf)?,
-        Format::Text | Format::Json => {
-            return export_bundle(ledger, thread, path, witnessed.unwrap_or(0));
+    let mut write = |out: &mut dyn Write| -> Result<()> {
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+        match f {
+            Format::Jsonl => views::export_jsonl(ledger, thread, &mut out)?,
+            Format::Csv => views::export_csv(ledger, thread, &mut out)?,
+            Format::Text | Format::Json => {
+                let mut pretty = Pretty::new(&mut out);
+                ledger.export_write_witnessed(thread, witnessed.unwrap_or(0), &mut pretty)?;
+                out.write_all(b"\n")
+                    .map_err(|e| Error::storage("writing the export", e))?;
+            }
         }
-    }
-    match path {
-        Some(p) => {
-            std::fs::write(p, &buf)
-                .map_err(|e| Error::storage(&format!("writing {}", p.display()), e))?;
-            eprintln!("wrote {}", p.display());
-        }
-        None => {
-            let _ = std::io::stdout().lock().write_all(&buf);
-        }
-    }
-    Ok(Outcome::Done)
+        out.flush()
+            .map_err(|e| Error::storage("writing the export", e))
+    };
+    write_output(path, &mut write)
 }
 
-/// `export` of the bundle: written as the ledger streams it (`Ledger::export_write_witnessed`)
-/// and re-indented on the way ([`Pretty`]), so the command holds a record's entry at a time
-/// whatever the thread's length, printing the bytes `serde_json::to_vec_pretty` gives for the
-/// bundle, then a newline. A file is written beside its path and renamed over it once whole:
-/// a failed export leaves what was there.
-fn export_bundle(
-    ledger: &Ledger,
-    thread: &str,
+/// Hands `write` the command's output: standard output (a reader that goes away is not an
+/// error, as before the export was streamed), or a new file beside `path` renamed over it once
+/// `write` succeeded, so a failed export leaves what was there.
+fn write_output(
     path: Option<&Path>,
-    witnessed: usize,
+    write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
 ) -> Result<Outcome> {
-    fn bundle_into(
-        ledger: &Ledger,
-        thread: &str,
-        witnessed: usize,
-        out: &mut dyn Write,
-    ) -> Result<()> {
-        let mut pretty = Pretty::new(std::io::BufWriter::with_capacity(1 << 16, out));
-        ledger.export_write_witnessed(thread, witnessed, &mut pretty)?;
-        let mut w = pretty.into_inner();
-        w.write_all(b"\n")
-            .and_then(|()| w.flush())
-            .map_err(|e| Error::storage("writing the bundle", e))
-    }
     let Some(p) = path else {
-        // As before the bundle was streamed: a reader that goes away is not an error.
-        let mut stdout = Lenient(std::io::stdout().lock(), false);
-        bundle_into(ledger, thread, witnessed, &mut stdout)?;
+        write(&mut Lenient(std::io::stdout().lock(), false))?;
         return Ok(Outcome::Done);
     };
     let name = p.file_name().unwrap_or_default().to_string_lossy();
@@ -716,7 +699,7 @@ fn export_bundle(
         .open(&partial)
         .map_err(|e| Error::storage(&format!("writing {}", partial.display()), e))
         .and_then(|mut f| {
-            bundle_into(ledger, thread, witnessed, &mut f)?;
+            write(&mut f)?;
             std::fs::rename(&partial, p)
                 .map_err(|e| Error::storage(&format!("writing {}", p.display()), e))
         });

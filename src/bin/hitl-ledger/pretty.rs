@@ -37,6 +37,7 @@ impl<W: Write> Pretty<W> {
     }
 
     /// The writer underneath.
+    #[cfg(test)]
     pub fn into_inner(self) -> W {
         self.out
     }
