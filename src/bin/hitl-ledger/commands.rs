@@ -680,7 +680,7 @@ fn export(
 }
 
 /// Hands `write` the command's output: standard output (a reader that goes away is not an
-/// error, as before the export was streamed), or a new file beside `path` renamed over it once
+/// error, as before the export was streamed), or a new file beside `path`, synced and renamed over it once
 /// `write` succeeded, so a failed export leaves what was there.
 fn write_output(
     path: Option<&Path>,
@@ -700,6 +700,9 @@ fn write_output(
         .map_err(|e| Error::storage(&format!("writing {}", partial.display()), e))
         .and_then(|mut f| {
             write(&mut f)?;
+            // On disk before it takes the path's name, as the tokens file is.
+            f.sync_all()
+                .map_err(|e| Error::storage(&format!("writing {}", partial.display()), e))?;
             std::fs::rename(&partial, p)
                 .map_err(|e| Error::storage(&format!("writing {}", p.display()), e))
         });
