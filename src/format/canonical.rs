@@ -22,6 +22,13 @@ impl CanonicalObject {
         CanonicalObject(out.into_boxed_slice())
     }
 
+    /// The bytes a canonical writer wrote for one object ([`jcs::Reader::canonical_object`]),
+    /// taken without a copy. The caller vouches for the writer; `None` unless they are an
+    /// object.
+    pub(crate) fn from_written(bytes: Vec<u8>) -> Option<CanonicalObject> {
+        (bytes.first() == Some(&b'{')).then(|| CanonicalObject(bytes.into_boxed_slice()))
+    }
+
     /// Bytes that a canonical check ([`jcs_check`](super::jcs_check)) accepted as a whole
     /// value or as a member's value inside an accepted document (so UTF-8, already checked):
     /// `None` unless they are an object. The caller vouches for the check; this looks only at

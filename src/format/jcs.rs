@@ -21,6 +21,10 @@ use std::fmt;
 
 use serde_json::{Map, Number, Value};
 
+mod reader;
+
+pub use reader::Reader;
+
 /// The deepest nesting of arrays and objects the parser accepts.
 ///
 /// A document with 128 nested arrays/objects is accepted; one with 129 fails with

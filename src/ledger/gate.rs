@@ -246,17 +246,26 @@ impl Batch<'_, '_, '_> {
         };
         let key = &self.ledger.id.key;
         // The digest is of the clear action. With nothing redacted the stored arguments are the
-        // clear ones: their canonical bytes are written once, for the digest and the leaf.
-        // Otherwise the digest is keyed, and the arguments are moved (not copied) into the
-        // body with the applied pointers' values replaced.
-        let applied = redaction_pointers(&req.action.args, &req.redact, &policy.redact)?;
-        let (digest, args) = if applied.is_empty() {
-            let args = CanonicalObject::of(&req.action.args);
-            (plain_digest_of(&req.action.tool, &args), args)
-        } else {
-            let digest = req.action.keyed_digest(key, &rid);
-            let stored = apply_redaction(key, &rid, req.action.args, &applied);
-            (digest, CanonicalObject::of(&stored))
+        // clear ones: the canonical bytes the request holds are the digest's and the leaf's.
+        // Otherwise the digest is keyed, and the arguments, read as a tree, are stored with the
+        // applied pointers' values replaced. Only a request or a tool with redaction pointers
+        // reads them as a tree (without pointers none applies).
+        let clear =
+            (!req.redact.is_empty() || !policy.redact.is_empty()).then(|| req.action.args.to_map());
+        let applied = match &clear {
+            Some(tree) => redaction_pointers(tree, &req.redact, &policy.redact)?,
+            None => Vec::new(),
+        };
+        let (digest, args) = match clear {
+            Some(tree) if !applied.is_empty() => {
+                let digest = req.action.keyed_digest(key, &rid);
+                let stored = apply_redaction(key, &rid, tree, &applied);
+                (digest, CanonicalObject::of(&stored))
+            }
+            _ => (
+                plain_digest_of(&req.action.tool, &req.action.args),
+                req.action.args,
+            ),
         };
         let allowed = req
             .allowed_decisions

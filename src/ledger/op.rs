@@ -196,6 +196,12 @@ impl Op {
     /// string; the body's own codes from [`parse_body`](crate::model::request::parse_body) and
     /// [`Op::from_body`].
     pub fn from_line(line: &[u8]) -> Result<Op> {
+        // An interrupt line is read straight into its request; any other line, and any line
+        // that reader does not take, is parsed as below (the definition, whose refusal the
+        // caller gets).
+        if let Some(req) = crate::model::body_reader::interrupt(line, true) {
+            return Ok(Op::Interrupt(req));
+        }
         let mut map = crate::model::request::parse_body(line)?;
         let kind = match map.remove("kind") {
             Some(Value::String(k)) => k,

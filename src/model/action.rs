@@ -57,8 +57,9 @@ impl RedactionKey {
 pub struct Action {
     /// The tool's name (an id).
     pub tool: String,
-    /// The arguments, a JSON object.
-    pub args: Map<String, Value>,
+    /// The arguments, a JSON object, held as their canonical bytes: every digest and every
+    /// stored copy is those bytes; a redaction reads them as a tree ([`CanonicalObject::to_map`]).
+    pub args: CanonicalObject,
 }
 
 impl Action {
@@ -76,12 +77,23 @@ impl Action {
             .ok_or_else(|| invalid_action("action.args must be an object"))?;
         Ok(Action {
             tool: tool.to_string(),
-            args: args.clone(),
+            args: CanonicalObject::of(args),
         })
     }
 
-    /// [`Action::from_value`] of a value the caller gives up: the arguments are moved, not
-    /// copied (a request body's action). Same checks, same errors.
+    /// An action whose arguments a reader already wrote as canonical bytes (a request body read
+    /// without a tree, [`crate::model::request::InterruptRequest::from_bytes`]): the tool is
+    /// checked as [`Action::from_value`] checks it.
+    ///
+    /// # Errors
+    /// `invalid_action` for a tool that is not an identifier.
+    pub fn from_parts(tool: String, args: CanonicalObject) -> Result<Action> {
+        check_id("action.tool", &tool)
+            .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+        Ok(Action { tool, args })
+    }
+
+    /// [`Action::from_value`] of a value the caller gives up. Same checks, same errors.
     ///
     /// # Errors
     /// As [`Action::from_value`].
@@ -91,14 +103,17 @@ impl Action {
         };
         let tool = checked_tool(&obj)?.to_string();
         match obj.remove("args") {
-            Some(Value::Object(args)) => Ok(Action { tool, args }),
+            Some(Value::Object(args)) => Ok(Action {
+                tool,
+                args: CanonicalObject::of(&args),
+            }),
             _ => Err(invalid_action("action.args must be an object")),
         }
     }
 
     /// The action as `{"tool", "args"}`.
     pub fn to_value(&self) -> Value {
-        json!({"tool": self.tool, "args": Value::Object(self.args.clone())})
+        json!({"tool": self.tool, "args": Value::Object(self.args.to_map())})
     }
 
     /// `sha256:` + hex(SHA-256(JCS(action))): the digest of an action nobody redacted.
@@ -115,9 +130,7 @@ impl Action {
     /// );
     /// ```
     pub fn plain_digest(&self) -> String {
-        let mut bytes = Vec::with_capacity(256);
-        self.write_canonical(&mut bytes);
-        sha256_digest(&bytes)
+        plain_digest_of(&self.tool, &self.args)
     }
 
     /// `hmac-sha256:` + hex(HMAC(K, JCS({"request_id": R, "action": action}))).
@@ -134,9 +147,13 @@ impl Action {
 
     /// Appends JCS(action) to `out`, written from the fields (`{"args": ARGS, "tool": TOOL}`,
     /// in RFC 8785 order): [`jcs::to_vec`] of [`Action::to_value`] without making that value
-    /// or copying the arguments (a unit test holds the two equal).
+    /// (a unit test holds the two equal).
     pub fn write_canonical(&self, out: &mut Vec<u8>) {
-        write_action(&self.tool, |out| jcs::write_object(&self.args, out), out);
+        write_action(
+            &self.tool,
+            |out| out.extend_from_slice(self.args.as_bytes()),
+            out,
+        );
     }
 
     /// The digest in the form a request's interrupt fixed: keyed when it redacted anything.
@@ -337,8 +354,7 @@ pub struct Redaction {
 }
 
 /// Redacts `action.args` for request `request_id`: [`redaction_pointers`], then
-/// [`apply_redaction`] to a copy of the arguments. A caller that owns the action and needs its
-/// clear digest calls the two itself and moves the arguments instead of copying them.
+/// [`apply_redaction`], over the arguments read as a tree.
 ///
 /// # Errors
 /// As [`redaction_pointers`].
@@ -349,8 +365,9 @@ pub fn redact(
     required: &[String],
     optional: &[String],
 ) -> Result<Redaction> {
-    let applied = redaction_pointers(&action.args, required, optional)?;
-    let args = apply_redaction(key, request_id, action.args.clone(), &applied);
+    let clear = action.args.to_map();
+    let applied = redaction_pointers(&clear, required, optional)?;
+    let args = apply_redaction(key, request_id, clear, &applied);
     Ok(Redaction { args, applied })
 }
 
@@ -471,26 +488,22 @@ mod tests {
         }
     }
 
-    /// The digest of an action whose arguments are held canonical is the action's own digest,
-    /// on every vector and on generated arguments.
+    /// The digest of an action whose arguments are held canonical is the digest of the
+    /// action's value tree (the definition: SHA-256 of JCS of `{"tool", "args"}`), on every
+    /// vector and on generated arguments.
     #[test]
     fn the_digest_of_held_arguments_is_the_actions() {
         let v = crate::test_vectors::load("action_digest.json");
         for c in v["cases"].as_array().unwrap() {
             let a = Action::from_value(&c["action"]).unwrap();
-            let held = CanonicalObject::of(&a.args);
-            assert_eq!(
-                plain_digest_of(&a.tool, &held),
-                c["digest"].as_str().unwrap()
-            );
+            assert_eq!(a.plain_digest(), c["digest"].as_str().unwrap());
         }
         proptest::proptest!(|(args in crate::format::body::strategy::object(),
                               tool in crate::format::body::strategy::text())| {
-            let a = Action { tool, args };
-            proptest::prop_assert_eq!(
-                plain_digest_of(&a.tool, &CanonicalObject::of(&a.args)),
-                a.plain_digest()
-            );
+            let tree = json!({"tool": tool, "args": Value::Object(args.clone())});
+            let definition = format!("{SHA256_PREFIX}{}", hex::encode(Sha256::digest(jcs::to_vec(&tree))));
+            let a = Action { tool, args: CanonicalObject::of(&args) };
+            proptest::prop_assert_eq!(a.plain_digest(), definition);
         });
     }
 

@@ -2,6 +2,7 @@
 //! machine and the authorization decision. No I/O, no clock (time is passed in).
 
 pub mod action;
+pub(crate) mod body_reader;
 pub mod decide;
 pub mod policy;
 pub mod request;

@@ -19,19 +19,20 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// stays far within what the leaf parser reads back ([`jcs::MAX_DEPTH`]).
 pub const MAX_BODY_DEPTH: usize = 64;
 
+/// How a request body is parsed: integers beyond ±(2^53−1) refused, at most
+/// [`MAX_BODY_DEPTH`] levels.
+pub(crate) const BODY_OPTIONS: jcs::ParseOptions = jcs::ParseOptions {
+    reject_unsafe_integers: true,
+    max_depth: Some(MAX_BODY_DEPTH),
+};
+
 /// Parses a request body strictly into a JSON object.
 ///
 /// # Errors
 /// `invalid_json` for bytes that are not JSON (or not UTF-8), `not_canonicalizable` for JSON
 /// that could be digested two ways, `invalid_request` when the body is not an object.
 pub fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>> {
-    let v = jcs::parse(
-        bytes,
-        jcs::ParseOptions {
-            reject_unsafe_integers: true,
-            max_depth: Some(MAX_BODY_DEPTH),
-        },
-    )
+    let v = jcs::parse(bytes, BODY_OPTIONS)
     .map_err(|e| match e {
         jcs::JcsError::TooDeep { offset } => Error::new(
             ErrorCode::InvalidJson,
@@ -225,28 +226,48 @@ pub struct InterruptRequest {
     pub review_ttl_seconds: Option<u64>,
 }
 
+/// The members of an interrupt body.
+pub(crate) const INTERRUPT_FIELDS: [&str; 10] = [
+    "request_id",
+    "thread_id",
+    "run_id",
+    "checkpoint_ns",
+    "checkpoint_id",
+    "interrupt_id",
+    "action",
+    "redact",
+    "allowed_decisions",
+    "review_ttl_seconds",
+];
+
 impl InterruptRequest {
+    /// Decodes and validates an interrupt body from its bytes: read straight into the typed
+    /// request, the action's arguments into their canonical bytes, without a value tree
+    /// ([`super::body_reader`]); a body that reader does not take gets [`parse_body`] and
+    /// [`InterruptRequest::from_map`]'s answer, its refusal included.
+    ///
+    /// # Errors
+    /// [`parse_body`]'s and [`InterruptRequest::from_map`]'s.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        match super::body_reader::interrupt(bytes, false) {
+            Some(req) => Ok(req),
+            None => Self::from_map(parse_body(bytes)?),
+        }
+    }
+
     /// Decodes and validates an interrupt body.
     ///
     /// # Errors
     /// The field's code: `unknown_field`, `missing_field`, `invalid_request`,
     /// `invalid_identifier`, `invalid_action`, `invalid_redaction`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
-        let mut f = Fields::new(
-            map,
-            &[
-                "request_id",
-                "thread_id",
-                "run_id",
-                "checkpoint_ns",
-                "checkpoint_id",
-                "interrupt_id",
-                "action",
-                "redact",
-                "allowed_decisions",
-                "review_ttl_seconds",
-            ],
-        )?;
+        Self::from_fields(map, None)
+    }
+
+    /// [`InterruptRequest::from_map`] of a body whose `action` was read already (`action`,
+    /// then absent from `map`), or is in `map` (`None`).
+    pub(crate) fn from_fields(map: Map<String, Value>, action: Option<Action>) -> Result<Self> {
+        let mut f = Fields::new(map, &INTERRUPT_FIELDS)?;
         let request_id = f.req_str("request_id")?;
         check_client_id("request_id", &request_id)?;
         let thread_id = f.req_str("thread_id")?;
@@ -261,7 +282,10 @@ impl InterruptRequest {
         }
         let checkpoint_id = f.opt_id("checkpoint_id")?;
         let interrupt_id = f.req_id("interrupt_id")?;
-        let action = Action::from_owned(f.take_req("action")?)?;
+        let action = match action {
+            Some(a) => a,
+            None => Action::from_owned(f.take_req("action")?)?,
+        };
         let redact = match f.opt("redact") {
             None => Vec::new(),
             Some(Value::Array(items)) => items

@@ -165,19 +165,33 @@ impl Drop for InFlight {
     }
 }
 
-/// Reads a JSON object body for `principal`: checks the media type, reserves the declared
-/// length (1 MiB when none is declared) against the budget, reads the body at the minimum
-/// pace, and parses it. The reservation is held until it is dropped: after the answer.
+/// Reads a JSON object body for `principal` ([`read_body`]) and parses it. The reservation is
+/// held until it is dropped: after the answer.
 ///
 /// # Errors
-/// `unsupported_media_type`; `overloaded` (the budget or the principal's share is full);
-/// `body_too_large`; `invalid_request` (the body fell behind the minimum pace, or the
-/// connection failed); what [`parse_body`] refuses.
+/// [`read_body`]'s; what [`parse_body`] refuses.
 pub(super) async fn read_json_body(
     st: &AppState,
     principal: &str,
     req: Request,
 ) -> Result<(serde_json::Map<String, Value>, InFlight)> {
+    let (bytes, reservation) = read_body(st, principal, req).await?;
+    Ok((parse_body(&bytes)?, reservation))
+}
+
+/// Reads a JSON body's bytes for `principal`: checks the media type, reserves the declared
+/// length (1 MiB when none is declared) against the budget, and reads the body at the minimum
+/// pace. The reservation is held until it is dropped: after the answer.
+///
+/// # Errors
+/// `unsupported_media_type`; `overloaded` (the budget or the principal's share is full);
+/// `body_too_large`; `invalid_request` (the body fell behind the minimum pace, or the
+/// connection failed).
+pub(super) async fn read_body(
+    st: &AppState,
+    principal: &str,
+    req: Request,
+) -> Result<(Vec<u8>, InFlight)> {
     let start = Instant::now();
     let ct = req
         .headers()
@@ -229,7 +243,7 @@ pub(super) async fn read_json_body(
         return Err(too_large());
     }
     let bytes = read_paced(req.into_body(), start, st.body_timing, want).await?;
-    Ok((parse_body(&bytes)?, reservation))
+    Ok((bytes, reservation))
 }
 
 fn too_large() -> Error {

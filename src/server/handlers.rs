@@ -1,7 +1,7 @@
 //! The handlers: authentication before everything, the append-only refusal, then one handler
 //! per route.
 
-use super::body::read_json_body;
+use super::body::{read_body, read_json_body};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -17,6 +17,7 @@ use crate::format::record::{Actor, Reach, check_id};
 use crate::ledger::events::Audience;
 use crate::ledger::reads::PAGE_RECORDS;
 use crate::ledger::{Ledger, Op, Outcome, Refusal};
+use crate::model::request::InterruptRequest;
 use crate::server::tokens::{Role, TokenEntry, token_hash};
 use crate::wire;
 
@@ -377,8 +378,8 @@ async fn dispatch(
     let params = query_params(req.uri().query());
     match route {
         Route::Interrupts => {
-            let (body, _in_flight) = read_json_body(st, &actor.principal, req).await?;
-            let op = Op::from_body("interrupt", None, body)?;
+            let (body, _in_flight) = read_body(st, &actor.principal, req).await?;
+            let op = Op::Interrupt(InterruptRequest::from_bytes(&body)?);
             Ok(appended_response(submit(st, op, actor).await?))
         }
         Route::Decision(rid)
