@@ -24,6 +24,8 @@ use serde_json::{Map, Number, Value};
 mod reader;
 
 pub use reader::Reader;
+#[cfg(test)]
+pub(crate) use reader::mutate;
 
 /// The deepest nesting of arrays and objects the parser accepts.
 ///
@@ -559,15 +561,8 @@ impl Parser<'_> {
                 return Err(self.syntax(self.pos, "trailing comma in array"));
             }
             items.push(self.parse_value(depth)?);
-            self.skip_ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(Value::Array(items));
-                }
-                None => return Err(self.syntax(self.pos, "unterminated array")),
-                Some(_) => return Err(self.syntax(self.pos, "expected ',' or ']' in array")),
+            if !self.next_member(b']', "array")? {
+                return Ok(Value::Array(items));
             }
         }
     }
@@ -587,19 +582,7 @@ impl Parser<'_> {
         loop {
             self.skip_ws();
             let key_offset = self.pos;
-            match self.peek() {
-                Some(b'"') => {}
-                Some(b'}') => return Err(self.syntax(self.pos, "trailing comma in object")),
-                None => return Err(self.syntax(self.pos, "unterminated object")),
-                Some(_) => return Err(self.syntax(self.pos, "expected a string member name")),
-            }
-            let key = self.parse_string()?;
-            self.skip_ws();
-            if self.peek() != Some(b':') {
-                return Err(self.syntax(self.pos, "expected ':' after member name"));
-            }
-            self.pos += 1;
-            self.skip_ws();
+            let key = self.member_name()?.into_owned();
             let value = self.parse_value(depth)?;
             if map.contains_key(&key) {
                 return Err(JcsError::DuplicateKey {
@@ -608,15 +591,8 @@ impl Parser<'_> {
                 });
             }
             map.insert(key, value);
-            self.skip_ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(Value::Object(map));
-                }
-                None => return Err(self.syntax(self.pos, "unterminated object")),
-                Some(_) => return Err(self.syntax(self.pos, "expected ',' or '}' in object")),
+            if !self.next_member(b'}', "object")? {
+                return Ok(Value::Object(map));
             }
         }
     }

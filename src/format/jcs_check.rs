@@ -783,13 +783,7 @@ mod tests {
         #[test]
         fn mutations_agree(v in value(), at in any::<prop::sample::Index>(), byte in any::<u8>(), op in 0..3u8) {
             let mut bytes = jcs::to_vec(&v);
-            let i = at.index(bytes.len() + 1);
-            match op {
-                0 if i < bytes.len() => bytes[i] = byte,
-                1 => bytes.insert(i, byte),
-                _ if i < bytes.len() => { bytes.remove(i); }
-                _ => bytes.push(byte),
-            }
+            jcs::mutate(&mut bytes, at, byte, op);
             agree(&bytes);
         }
 

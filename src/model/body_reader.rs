@@ -303,12 +303,7 @@ mod tests {
             op in 0..3u8,
         ) {
             let mut text = Value::Object(m).to_string().into_bytes();
-            let i = at.index(text.len());
-            match op {
-                0 => text[i] = byte,
-                1 => text.insert(i, byte),
-                _ => { text.remove(i); }
-            }
+            crate::format::jcs::mutate(&mut text, at, byte, op);
             agree(&text);
         }
     }

@@ -126,9 +126,9 @@ impl<'a> Reader<'a> {
 }
 
 impl<'a> Parser<'a> {
-    /// After whitespace: a member name and its colon, then whitespace; `parse_object`'s checks
-    /// and messages. A name without an escape is borrowed from the input.
-    fn member_name(&mut self) -> Result<Cow<'a, str>, JcsError> {
+    /// A member name and its colon, whitespace skipped around both (`parse_object`'s and
+    /// [`Reader::object`]'s). A name without an escape is borrowed from the input.
+    pub(super) fn member_name(&mut self) -> Result<Cow<'a, str>, JcsError> {
         self.skip_ws();
         match self.peek() {
             Some(b'"') => {}
@@ -147,8 +147,8 @@ impl<'a> Parser<'a> {
     }
 
     /// After a member or an item: whitespace, then `,` (true: another follows) or `close`
-    /// (false: the container ended).
-    fn next_member(&mut self, close: u8, what: &str) -> Result<bool, JcsError> {
+    /// (false: the container ended). Every container's reader ends its members with this.
+    pub(super) fn next_member(&mut self, close: u8, what: &str) -> Result<bool, JcsError> {
         self.skip_ws();
         match self.peek() {
             Some(b',') => {
@@ -329,6 +329,21 @@ fn write_text(s: Cow<'_, str>, out: &mut Vec<u8>) {
             out.push(b'"');
         }
         Cow::Owned(text) => write_string(&text, out),
+    }
+}
+
+/// `doc` with one byte changed (`op` 0), inserted (1) or removed (2) at `at` (an index into
+/// `doc` and one past it): the mutation the property tests of readers apply.
+#[cfg(test)]
+pub(crate) fn mutate(doc: &mut Vec<u8>, at: proptest::sample::Index, byte: u8, op: u8) {
+    let i = at.index(doc.len() + 1);
+    match op {
+        0 if i < doc.len() => doc[i] = byte,
+        1 => doc.insert(i, byte),
+        _ if i < doc.len() => {
+            doc.remove(i);
+        }
+        _ => doc.push(byte),
     }
 }
 
@@ -555,12 +570,7 @@ mod tests {
             op in 0..3u8,
         ) {
             let mut doc = spelled(&Value::Object(m.into_iter().collect()), false, false).into_bytes();
-            let i = at.index(doc.len());
-            match op {
-                0 => doc[i] = byte,
-                1 => doc.insert(i, byte),
-                _ => { doc.remove(i); }
-            }
+            mutate(&mut doc, at, byte, op);
             agree(&doc);
         }
     }
