@@ -42,6 +42,21 @@ impl CanonicalObject {
         &self.0
     }
 
+    /// The object as a value tree, for a caller that must not go on without it (a redaction:
+    /// a pointer that silently failed to resolve would store a value in clear).
+    ///
+    /// # Errors
+    /// `internal_error` if the bytes do not parse as an object, which no constructor allows.
+    pub fn tree(&self) -> crate::error::Result<Map<String, Value>> {
+        match jcs::parse(self.as_bytes(), jcs::ParseOptions::default()) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(crate::error::Error::new(
+                crate::error::ErrorCode::Internal,
+                "an action's canonical arguments did not parse back as an object",
+            )),
+        }
+    }
+
     /// The object as a value tree, parsed from the canonical bytes (with [`jcs::parse`]'s
     /// defaults, as a leaf is read). Canonical bytes always parse; an object that somehow did
     /// not would come back empty.

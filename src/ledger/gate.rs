@@ -250,8 +250,11 @@ impl Batch<'_, '_, '_> {
         // Otherwise the digest is keyed, and the arguments, read as a tree, are stored with the
         // applied pointers' values replaced. Only a request or a tool with redaction pointers
         // reads them as a tree (without pointers none applies).
-        let clear =
-            (!req.redact.is_empty() || !policy.redact.is_empty()).then(|| req.action.args.to_map());
+        let clear = if !req.redact.is_empty() || !policy.redact.is_empty() {
+            Some(req.action.args.tree()?)
+        } else {
+            None
+        };
         let applied = match &clear {
             Some(tree) => redaction_pointers(tree, &req.redact, &policy.redact)?,
             None => Vec::new(),

@@ -58,7 +58,7 @@ pub struct Action {
     /// The tool's name (an id).
     pub tool: String,
     /// The arguments, a JSON object, held as their canonical bytes: every digest and every
-    /// stored copy is those bytes; a redaction reads them as a tree ([`CanonicalObject::to_map`]).
+    /// stored copy is those bytes; a redaction reads them as a tree ([`CanonicalObject::tree`]).
     pub args: CanonicalObject,
 }
 
@@ -357,7 +357,8 @@ pub struct Redaction {
 /// [`apply_redaction`], over the arguments read as a tree.
 ///
 /// # Errors
-/// As [`redaction_pointers`].
+/// As [`redaction_pointers`]; `internal_error` should the arguments not read back as a tree
+/// ([`CanonicalObject::tree`]).
 pub fn redact(
     key: &RedactionKey,
     request_id: &str,
@@ -365,7 +366,7 @@ pub fn redact(
     required: &[String],
     optional: &[String],
 ) -> Result<Redaction> {
-    let clear = action.args.to_map();
+    let clear = action.args.tree()?;
     let applied = redaction_pointers(&clear, required, optional)?;
     let args = apply_redaction(key, request_id, clear, &applied);
     Ok(Redaction { args, applied })

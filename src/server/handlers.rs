@@ -380,6 +380,8 @@ async fn dispatch(
         Route::Interrupts => {
             let (body, _in_flight) = read_body(st, &actor.principal, req).await?;
             let op = Op::Interrupt(InterruptRequest::from_bytes(&body)?);
+            // The request holds what it needs; the bytes are not kept while it waits.
+            drop(body);
             Ok(appended_response(submit(st, op, actor).await?))
         }
         Route::Decision(rid)
