@@ -181,24 +181,9 @@ pub struct ParseOptions {
 /// - [`JcsError::UnsafeInteger`] for an integer beyond ±(2^53−1) when
 ///   `opts.reject_unsafe_integers` is set.
 pub fn parse(bytes: &[u8], opts: ParseOptions) -> Result<Value, JcsError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| JcsError::InvalidUtf8 {
-        offset: e.valid_up_to(),
-    })?;
-    let mut p = Parser {
-        text,
-        bytes,
-        pos: 0,
-        opts,
-    };
-    p.skip_ws();
-    if p.pos >= bytes.len() {
-        return Err(p.syntax(p.pos, "empty input: expected a JSON value"));
-    }
+    let mut p = Parser::start(bytes, opts)?;
     let value = p.parse_value(0)?;
-    p.skip_ws();
-    if p.pos < bytes.len() {
-        return Err(p.syntax(p.pos, "trailing characters after the JSON value"));
-    }
+    p.end()?;
     Ok(value)
 }
 
@@ -486,6 +471,36 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     opts: ParseOptions,
+}
+
+impl<'a> Parser<'a> {
+    /// A parser at the first value of `bytes`: checked as UTF-8, leading whitespace skipped,
+    /// something left to read.
+    fn start(bytes: &'a [u8], opts: ParseOptions) -> Result<Parser<'a>, JcsError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| JcsError::InvalidUtf8 {
+            offset: e.valid_up_to(),
+        })?;
+        let mut p = Parser {
+            text,
+            bytes,
+            pos: 0,
+            opts,
+        };
+        p.skip_ws();
+        if p.pos >= bytes.len() {
+            return Err(p.syntax(p.pos, "empty input: expected a JSON value"));
+        }
+        Ok(p)
+    }
+
+    /// After the document's value: only whitespace may follow.
+    fn end(&mut self) -> Result<(), JcsError> {
+        self.skip_ws();
+        if self.pos < self.bytes.len() {
+            return Err(self.syntax(self.pos, "trailing characters after the JSON value"));
+        }
+        Ok(())
+    }
 }
 
 impl Parser<'_> {

@@ -29,20 +29,9 @@ impl<'a> Reader<'a> {
     /// # Errors
     /// [`JcsError::InvalidUtf8`]; [`JcsError::Syntax`] for input that is only whitespace.
     pub fn new(bytes: &'a [u8], opts: ParseOptions) -> Result<Reader<'a>, JcsError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| JcsError::InvalidUtf8 {
-            offset: e.valid_up_to(),
-        })?;
-        let mut p = Parser {
-            text,
-            bytes,
-            pos: 0,
-            opts,
-        };
-        p.skip_ws();
-        if p.pos >= bytes.len() {
-            return Err(p.syntax(p.pos, "empty input: expected a JSON value"));
-        }
-        Ok(Reader { p })
+        Ok(Reader {
+            p: Parser::start(bytes, opts)?,
+        })
     }
 
     /// Whether the value at the cursor is an object.
@@ -115,13 +104,7 @@ impl<'a> Reader<'a> {
     /// # Errors
     /// [`JcsError::Syntax`] for trailing characters.
     pub fn finish(mut self) -> Result<(), JcsError> {
-        self.p.skip_ws();
-        if self.p.pos < self.p.bytes.len() {
-            return Err(self
-                .p
-                .syntax(self.p.pos, "trailing characters after the JSON value"));
-        }
-        Ok(())
+        self.p.end()
     }
 }
 
