@@ -214,6 +214,38 @@ mod tests {
         assert!(interrupt(twice.as_bytes(), true).is_none());
     }
 
+    /// At the limits a body may reach: arguments of tens of thousands of members filling most
+    /// of a 1 MiB body (held once as they are read, then once as their canonical bytes), and
+    /// nesting at the depth limit and one past it.
+    #[test]
+    fn bodies_at_the_limits_agree() {
+        use crate::model::request::{MAX_BODY_BYTES, MAX_BODY_DEPTH};
+        let mut v = sample();
+        let wide: Map<String, Value> = (0..40_000u32)
+            .rev()
+            .map(|i| (format!("k{i:05}"), json!(format!("v{i}"))))
+            .collect();
+        v["action"]["args"] = Value::Object(wide);
+        let text = v.to_string();
+        assert!(
+            text.len() > 512 * 1024 && text.len() < MAX_BODY_BYTES,
+            "{}",
+            text.len()
+        );
+        assert!(agree(text.as_bytes()));
+        // The body is level 1, the action 2: the arguments and what they nest are the rest.
+        for levels in [MAX_BODY_DEPTH - 2, MAX_BODY_DEPTH - 1] {
+            let mut nested = json!(1);
+            for _ in 0..levels {
+                nested = json!({ "n": nested });
+            }
+            let mut v = sample();
+            v["action"]["args"] = nested;
+            let taken = agree(v.to_string().as_bytes());
+            assert_eq!(taken, levels + 2 <= MAX_BODY_DEPTH, "{levels}");
+        }
+    }
+
     fn id() -> impl Strategy<Value = Value> {
         prop_oneof![
             8 => "[a-z0-9-]{1,12}".prop_map(Value::from),
