@@ -61,10 +61,7 @@ impl CanonicalObject {
     /// defaults, as a leaf is read). Canonical bytes always parse; an object that somehow did
     /// not would come back empty.
     pub fn to_map(&self) -> Map<String, Value> {
-        match jcs::parse(self.as_bytes(), jcs::ParseOptions::default()) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        }
+        self.tree().unwrap_or_default()
     }
 }
 

@@ -88,27 +88,8 @@ impl Action {
     /// # Errors
     /// `invalid_action` for a tool that is not an identifier.
     pub fn from_parts(tool: String, args: CanonicalObject) -> Result<Action> {
-        check_id("action.tool", &tool)
-            .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+        check_tool_name(&tool)?;
         Ok(Action { tool, args })
-    }
-
-    /// [`Action::from_value`] of a value the caller gives up. Same checks, same errors.
-    ///
-    /// # Errors
-    /// As [`Action::from_value`].
-    pub fn from_owned(v: Value) -> Result<Action> {
-        let Value::Object(mut obj) = v else {
-            return Err(not_an_object());
-        };
-        let tool = checked_tool(&obj)?.to_string();
-        match obj.remove("args") {
-            Some(Value::Object(args)) => Ok(Action {
-                tool,
-                args: CanonicalObject::of(&args),
-            }),
-            _ => Err(invalid_action("action.args must be an object")),
-        }
     }
 
     /// The action as `{"tool", "args"}`.
@@ -189,9 +170,14 @@ fn checked_tool(obj: &Map<String, Value>) -> Result<&str> {
         .get("tool")
         .and_then(Value::as_str)
         .ok_or_else(|| invalid_action("action.tool must be a string"))?;
-    check_id("action.tool", tool)
-        .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))?;
+    check_tool_name(tool)?;
     Ok(tool)
+}
+
+/// A tool name is an identifier, else `invalid_action`.
+fn check_tool_name(tool: &str) -> Result<()> {
+    check_id("action.tool", tool)
+        .map_err(|e| Error::new(ErrorCode::InvalidAction, e.message().to_string()))
 }
 
 /// The stored stand-in of a redacted value.

@@ -284,7 +284,7 @@ impl InterruptRequest {
         let interrupt_id = f.req_id("interrupt_id")?;
         let action = match action {
             Some(a) => a,
-            None => Action::from_owned(f.take_req("action")?)?,
+            None => Action::from_value(&f.take_req("action")?)?,
         };
         let redact = match f.opt("redact") {
             None => Vec::new(),
@@ -402,7 +402,7 @@ impl DecisionRequest {
         })?;
         let rationale = f.opt_str("rationale")?;
         let edited_action = match f.take_opt("edited_action") {
-            Some(v) => Some(Action::from_owned(v)?),
+            Some(v) => Some(Action::from_value(&v)?),
             None => None,
         };
         if decision != DecisionKind::Reject && f.opt("reason_code").is_some() {
@@ -541,7 +541,7 @@ impl BreakGlassRequest {
     /// `unknown_field`, `missing_field`, `invalid_request`, `invalid_action`.
     pub fn from_map(map: Map<String, Value>) -> Result<Self> {
         let mut f = Fields::new(map, &["action", "reason"])?;
-        let action = Action::from_owned(f.take_req("action")?)?;
+        let action = Action::from_value(&f.take_req("action")?)?;
         let reason = f.req_str("reason")?;
         Ok(BreakGlassRequest {
             action,

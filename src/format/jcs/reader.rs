@@ -153,20 +153,6 @@ impl<'a> Parser<'a> {
     /// The string at the cursor, decoded: borrowed from the input when it has no escape
     /// (`parse_string`'s checks either way).
     fn borrowed_string(&mut self) -> Result<Cow<'a, str>, JcsError> {
-        let start = self.pos + 1;
-        let s = self.parse_string_raw()?;
-        Ok(match s {
-            Some(owned) => Cow::Owned(owned),
-            None => {
-                let text: &'a str = self.text;
-                Cow::Borrowed(&text[start..self.pos - 1])
-            }
-        })
-    }
-
-    /// `parse_string`, except that a string without an escape is not copied: `None`, its
-    /// contents being the input between the quotes.
-    fn parse_string_raw(&mut self) -> Result<Option<String>, JcsError> {
         let open = self.pos;
         self.pos += 1;
         loop {
@@ -174,16 +160,14 @@ impl<'a> Parser<'a> {
             match self.peek() {
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(None);
+                    let text: &'a str = self.text;
+                    return Ok(Cow::Borrowed(&text[open + 1..self.pos - 1]));
                 }
-                Some(b'\\') => {
+                // An escape, a control character or the end: `parse_string` decodes the string
+                // or gives its refusal, with its offset and message.
+                Some(b'\\' | 0x00..=0x1f) | None => {
                     self.pos = open;
-                    return self.parse_string().map(Some);
-                }
-                Some(0x00..=0x1f) | None => {
-                    // parse_string gives the refusal, with its offset and message.
-                    self.pos = open;
-                    return self.parse_string().map(Some);
+                    return self.parse_string().map(Cow::Owned);
                 }
                 Some(_) => self.pos += 1,
             }
